@@ -1,0 +1,117 @@
+"""Flags and YAML files, both generated from the `Config` dataclass so they can never drift from it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from .config import Config, ConfigError
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def fail(message: str) -> NoReturn:
+    """One line and exit code 2, like argparse, instead of a traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _converter(annotation: Any) -> Callable[[str], Any]:
+    """str -> value for a field's type; `X | None` also accepts 'none' (and 'auto' for the unset default)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if args else annotation
+
+    def convert(text: str) -> Any:
+        if args and text.lower() in ("none", "null", "auto"):
+            return None
+        if base is bool:
+            if text.lower() in _TRUE + _FALSE:
+                return text.lower() in _TRUE
+            raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+        try:
+            return base(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if base is int else 'a number'}, got {text!r}")
+
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="train.py",
+        description="Train the image classifier. Flags override --config; every default is shown with its reason.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as in config.py)")
+    hints = typing.get_type_hints(Config)
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+        if f.metadata["choices"]:
+            kwargs["metavar"] = "{" + ",".join(f.metadata["choices"]) + "}"
+        if bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        else:
+            parser.add_argument(flag, type=_converter(hints[f.name]), **kwargs)
+    return parser
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        fail(f"--config: cannot read {path}: {str(err).splitlines()[0]}")
+    if not isinstance(data, dict):
+        fail(f"--config: {path} must hold a mapping of option: value")
+    hints = typing.get_type_hints(Config)
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in hints:
+            fail(f"--config: unknown key {key!r} in {path}; valid keys: {', '.join(hints)}")
+        if value is None or (hints[name] is float and isinstance(value, int) and not isinstance(value, bool)):
+            values[name] = value
+            continue
+        try:
+            values[name] = _converter(hints[name])(str(value))
+        except argparse.ArgumentTypeError as err:
+            fail(f"--config: key {key!r} in {path}: {err}")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    """Flags override the --config file, which overrides the dataclass defaults."""
+    parser = build_parser()
+    config_file = _peek_config(argv)
+    if config_file:
+        parser.set_defaults(**load_yaml(config_file))
+    args = vars(parser.parse_args(argv))
+    args.pop("config")
+    try:
+        return Config(**args)
+    except ConfigError as err:
+        fail(str(err))
+
+
+def _peek_config(argv: Sequence[str] | None) -> str | None:
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--config")
+    return peek.parse_known_args(argv)[0].config
+
+
+def save_yaml(cfg: Config, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))

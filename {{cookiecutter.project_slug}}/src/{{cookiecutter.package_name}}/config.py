@@ -1,0 +1,117 @@
+"""Every option of a run, its default and why: the single source of the CLI, the YAML files and the saved hparams.
+
+This module imports neither torch nor lightning, so `train.py --help` and bad flags answer at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+PRECISIONS = ("auto", "bf16-mixed", "16-mixed", "32-true")
+STRATEGIES = ("auto", "ddp", "fsdp")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+DATA_SOURCES = ("synthetic", "cifar10", "folder")
+LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
+
+
+class ConfigError(ValueError):
+    """A bad option value: `option` is the flag to blame, the message says what would be valid."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"--{option.replace('_', '-')}: {message}")
+        self.option = option
+
+
+def opt(default: Any, why: str, choices: tuple[str, ...] = ()) -> Any:
+    return field(default=default, metadata={"help": why, "choices": choices})
+
+
+@dataclass
+class Config:
+    # --- hardware and scale-out -------------------------------------------------------------
+    accelerator: str = opt("auto", "auto picks CUDA when a GPU is visible, else CPU", ACCELERATORS)
+    devices: str = opt("auto", "per node: 'auto', a count, or GPU ids like '0,1'")
+    num_nodes: int = opt(1, "machines in the job; global batch = batch-size x devices x nodes")
+    strategy: str = opt("{{ cookiecutter.strategy }}", "auto = DDP when more than one device", STRATEGIES)
+    precision: str = opt(
+        "{{ cookiecutter.precision }}", "auto = bf16-mixed on Ampere+, 16-mixed on older GPUs, 32-true on CPU", PRECISIONS
+    )
+    compile: bool | None = opt(
+        {{ "None" if cookiecutter.compile == "yes" else "False" }},
+        "torch.compile the network; unset = on with CUDA, off on CPU where compile time dominates",
+    )
+    compile_mode: str = opt("default", "max-autotune trades minutes of compile for a few % speed", COMPILE_MODES)
+    channels_last: bool = opt(
+        {{ cookiecutter.channels_last == "yes" }}, "NHWC lets tensor cores run convolutions without transposes"
+    )
+    tf32: bool = opt(True, "TF32 matmuls/convs on Ampere+: ~8x fp32 speed at ~1e-3 relative error")
+    sync_batchnorm: bool = opt(False, "share BatchNorm statistics across GPUs: for small per-device batches")
+    fsdp_sharding: str = opt("FULL_SHARD", "FSDP: what to shard (params+grads+optimizer = FULL_SHARD)", FSDP_SHARDING)
+    activation_checkpointing: bool = opt(False, "FSDP: recompute block activations in backward to save memory")
+    # --- data ------------------------------------------------------------------------------
+    data: str = opt("synthetic", "synthetic needs no download; cifar10 downloads; folder reads your images", DATA_SOURCES)
+    data_dir: str = opt("data", "where cifar10 is downloaded, or the folder with train/ val/ [test/]")
+    image_size: int = opt(64, "side of the square images fed to the network")
+    train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
+    batch_size: int = opt(128, "per device; the global batch is this x devices x nodes x accumulation")
+    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1, up to 8")
+    # --- model and optimisation --------------------------------------------------------------
+    model: str = opt("resnet18", "any torchvision classification model name")
+    lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
+    weight_decay: float = opt(0.05, "AdamW decoupled weight decay (not applied to norms and biases)")
+    warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
+    max_epochs: int = opt(10, "epochs to train")
+    max_steps: int = opt(-1, "stop after this many optimizer steps; -1 = no limit")
+    accumulate_grad_batches: int = opt(1, "batches per optimizer step: a larger batch without more memory")
+    gradient_clip_val: float = opt(0.0, "clip the gradient norm to this; 0 = off")
+    seed: int = opt(42, "seeds Python, NumPy, torch and the loader workers")
+    deterministic: bool = opt(False, "bitwise-reproducible kernels; slower, and turns cudnn.benchmark off")
+    # --- run -------------------------------------------------------------------------------
+    output_dir: str = opt("outputs", "checkpoints, logs and the resolved config.yaml go here")
+    resume: str | None = opt(None, "'last' for <output-dir>/checkpoints/last.ckpt, or a checkpoint path")
+    logger: str = opt("{{ cookiecutter.logger }}", "experiment tracker", LOGGERS)
+    log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
+    fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["choices"] and value not in f.metadata["choices"]:
+                raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
+        parse_devices(self.devices)
+        positive = ("num_nodes", "image_size", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be a positive integer, got {getattr(self, name)}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        if self.max_steps < -1 or self.max_steps == 0:
+            raise ConfigError("max_steps", f"must be positive or -1 (no limit), got {self.max_steps}")
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be positive, got {self.lr}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ConfigError("warmup_fraction", f"must be in [0, 1), got {self.warmup_fraction}")
+        if self.weight_decay < 0 or self.gradient_clip_val < 0:
+            bad = "weight_decay" if self.weight_decay < 0 else "gradient_clip_val"
+            raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
+
+
+def parse_devices(value: str) -> int | list[int] | str:
+    """'auto' -> 'auto', '2' -> 2 (a count), '0,1' -> [0, 1] (GPU ids), as Lightning's Trainer takes them."""
+    text = str(value).strip()
+    if text == "auto":
+        return text
+    try:
+        if "," in text:
+            ids = [int(part) for part in text.split(",") if part.strip()]
+            if ids and all(i >= 0 for i in ids) and len(set(ids)) == len(ids):
+                return ids
+        elif int(text) >= 1:
+            return int(text)
+    except ValueError:
+        pass
+    raise ConfigError("devices", f"expected 'auto', a positive count or distinct GPU ids like '0,1'; got {value!r}")

@@ -1,0 +1,111 @@
+"""Every performance switch, resolved once at start-up against the machine we actually run on.
+
+Each choice says why it is on and when it is off. `resolve` only decides; `apply_backend_flags` is the one place that
+changes global torch state.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .config import Config, ConfigError, parse_devices
+
+
+@dataclass(frozen=True)
+class Hardware:
+    accelerator: str  # "cuda", "cpu" or "mps": what Lightning's Trainer gets
+    devices: int | list[int] | str
+    world_size: int  # processes in the whole job
+    precision: str
+    compile: bool
+    channels_last: bool
+    pin_memory: bool
+    num_workers: int
+    cudnn_benchmark: bool
+    device_name: str
+
+    def summary(self) -> str:
+        return (
+            f"hardware: {self.device_name} x{self.world_size} | precision={self.precision} compile={self.compile} "
+            f"channels_last={self.channels_last} pin_memory={self.pin_memory} workers/device={self.num_workers} "
+            f"cudnn.benchmark={self.cudnn_benchmark}"
+        )
+
+
+def _accelerator(cfg: Config) -> str:
+    cuda = torch.cuda.is_available()
+    if cfg.accelerator == "auto":
+        return "cuda" if cuda else "cpu"
+    if cfg.accelerator in ("gpu", "cuda"):
+        if not cuda:
+            raise ConfigError("accelerator", f"{cfg.accelerator} asked for, but no CUDA GPU is visible; use cpu or auto")
+        return "cuda"
+    if cfg.accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("accelerator", "mps asked for, but this machine has no Apple GPU; use cpu or auto")
+    return cfg.accelerator
+
+
+def _local_devices(cfg: Config, accelerator: str) -> tuple[int | list[int] | str, int]:
+    """Check the request against the machine before any process is spawned; return it and the count per node."""
+    devices = parse_devices(cfg.devices)
+    available = torch.cuda.device_count() if accelerator == "cuda" else (os.cpu_count() or 1)
+    if accelerator == "mps":
+        available = 1
+    if devices == "auto":
+        return devices, available if accelerator == "cuda" else 1
+    if isinstance(devices, list):
+        if accelerator != "cuda":
+            raise ConfigError("devices", f"GPU ids {cfg.devices!r} need a CUDA GPU; on {accelerator} give a count")
+        if max(devices) >= available:
+            raise ConfigError("devices", f"GPU ids go from 0 to {available - 1} on this machine; got {cfg.devices!r}")
+        return devices, len(devices)
+    assert isinstance(devices, int)
+    if devices > available:
+        unit = "CUDA GPUs" if accelerator == "cuda" else f"{accelerator} devices (cores)"
+        raise ConfigError("devices", f"{devices} asked for, but this machine has {available} {unit}")
+    return devices, devices
+
+
+def _precision(cfg: Config, accelerator: str) -> str:
+    if cfg.precision == "16-mixed" and accelerator != "cuda":
+        raise ConfigError("precision", f"16-mixed needs a CUDA GPU, not {accelerator}; use bf16-mixed or 32-true")
+    if cfg.precision != "auto":
+        return cfg.precision
+    if accelerator != "cuda":
+        return "32-true"  # CPU bf16 autocast is slower than fp32 on most CPUs without AMX
+    # bf16 has fp32's range, so no loss scaling; Ampere (sm80) and newer run it at full tensor-core speed.
+    return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
+
+
+def resolve(cfg: Config) -> Hardware:
+    accelerator = _accelerator(cfg)
+    devices, local = _local_devices(cfg, accelerator)
+    if cfg.strategy == "fsdp" and accelerator != "cuda":
+        raise ConfigError("strategy", f"fsdp needs CUDA GPUs, not {accelerator}; use auto or ddp")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return Hardware(
+        accelerator=accelerator,
+        devices=devices,
+        world_size=local * cfg.num_nodes,
+        precision=_precision(cfg, accelerator),
+        # Compiling costs ~1 min on GPU and pays back within an epoch; on CPU it rarely pays back, so opt-in there.
+        compile=cfg.compile if cfg.compile is not None else accelerator == "cuda",
+        # NHWC is what tensor cores want; on CPU it is neutral to slightly faster with oneDNN, so it follows the flag.
+        channels_last=cfg.channels_last,
+        # Pinned host memory makes the host-to-device copy asynchronous; pointless without a CUDA device.
+        pin_memory=accelerator == "cuda",
+        # One CPU per device stays with the training process; the rest decode and collate.
+        num_workers=cfg.num_workers if cfg.num_workers is not None else min(8, max(0, cpus // max(local, 1) - 1)),
+        # Fixed input shapes (drop_last, square images) let cuDNN autotune once; determinism forbids autotuning.
+        cudnn_benchmark=accelerator == "cuda" and not cfg.deterministic,
+        device_name=torch.cuda.get_device_name() if accelerator == "cuda" else accelerator,
+    )
+
+
+def apply_backend_flags(cfg: Config) -> None:
+    # "high" lets fp32 matmuls and convolutions use TF32 tensor cores (Ampere+); "highest" keeps true fp32.
+    torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
+    torch.backends.cudnn.allow_tf32 = cfg.tf32

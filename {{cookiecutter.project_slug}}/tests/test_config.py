@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_train
+
+from {{ cookiecutter.package_name }}.cli import parse_args
+from {{ cookiecutter.package_name }}.config import Config, ConfigError
+
+
+def test_defaults_are_valid() -> None:
+    cfg = Config()
+    assert cfg.precision == "{{ cookiecutter.precision }}"
+    assert cfg.strategy == "{{ cookiecutter.strategy }}"
+    assert cfg.logger == "{{ cookiecutter.logger }}"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("precision", "8", "--precision"),
+        ("strategy", "horovod", "--strategy"),
+        ("devices", "abc", "--devices"),
+        ("devices", "0", "--devices"),
+        ("devices", "-2", "--devices"),
+        ("batch_size", 0, "--batch-size"),
+        ("max_steps", 0, "--max-steps"),
+        ("lr", 0.0, "--lr"),
+        ("warmup_fraction", 1.0, "--warmup-fraction"),
+        ("data", "imagenet", "--data"),
+        ("logger", "comet", "--logger"),
+    ],
+)
+def test_bad_values_name_their_flag(field: str, value: object, flag: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{flag}: "):
+        Config(**{field: value})  # type: ignore[arg-type]
+
+
+def test_flags_override_yaml_which_overrides_defaults(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("batch_size: 32\nlr: 0.01\nchannels_last: false\ndevices: 2\n")
+    cfg = parse_args(["--config", str(tmp_path / "c.yaml"), "--lr", "0.5", "--no-compile"])
+    assert (cfg.batch_size, cfg.lr, cfg.channels_last, cfg.devices, cfg.compile) == (32, 0.5, False, "2", False)
+    assert parse_args([]).batch_size == Config().batch_size
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("batchsize: 32\n", "unknown key 'batchsize'"),
+        ("batch_size: many\n", "key 'batch_size'.*expected an integer"),
+        ("precision: 8\n", "--precision: '8' is not one of"),
+        ("- a list\n", "must hold a mapping"),
+    ],
+)
+def test_bad_yaml_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, message: str
+) -> None:
+    (tmp_path / "c.yaml").write_text(yaml_text)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--config", str(tmp_path / "c.yaml")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--precision", "8"], "--precision: '8' is not one of: auto, bf16-mixed, 16-mixed, 32-true"),
+        (["--devices", "abc"], "--devices: expected 'auto', a positive count or distinct GPU ids"),
+        (["--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_flag_is_one_line_no_traceback_exit_2(args: list[str], expected: str) -> None:
+    result = run_train(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_help_shows_every_option_with_its_default_and_reason() -> None:
+    result = run_train("--help")
+    assert result.returncode == 0
+    for flag in ("--devices", "--num-nodes", "--compile, --no-compile", "--channels-last, --no-channels-last"):
+        assert flag in result.stdout
+    assert "bf16-mixed on Ampere+" in " ".join(result.stdout.split())
+    assert "(default: 128)" in result.stdout

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from {{ cookiecutter.package_name }}.config import ConfigError
+from {{ cookiecutter.package_name }}.model import ImageClassifier, build_network
+
+
+def test_forward_gives_one_logit_per_class() -> None:
+    model = ImageClassifier(num_classes=6, image_size=16)
+    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 6)
+
+
+def test_channels_last_is_kept_through_every_convolution() -> None:
+    model = ImageClassifier(num_classes=4, image_size=16, channels_last=True)
+    seen: list[bool] = []
+    for conv in (m for m in model.modules() if isinstance(m, nn.Conv2d)):
+        assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+        conv.register_forward_hook(
+            lambda _m, inputs, _out: seen.append(inputs[0].is_contiguous(memory_format=torch.channels_last))
+        )
+    model(torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last))
+    assert len(seen) > 10 and all(seen)
+
+
+def test_small_images_get_a_gentler_stem_large_ones_keep_imagenet_stem() -> None:
+    small, large = build_network("resnet18", 3, 32), build_network("resnet18", 3, 224)
+    assert small.conv1.kernel_size == (3, 3) and isinstance(small.maxpool, nn.Identity)
+    assert large.conv1.kernel_size == (7, 7) and isinstance(large.maxpool, nn.MaxPool2d)
+
+
+def test_unknown_model_lists_the_valid_names() -> None:
+    with pytest.raises(ConfigError, match="--model: unknown model 'resnet9000'.*resnet50"):
+        build_network("resnet9000", 3, 32)
+
+
+def test_norms_and_biases_get_no_weight_decay() -> None:
+    model = ImageClassifier(num_classes=3, image_size=16, weight_decay=0.1)
+    model.trainer = type("T", (), {"estimated_stepping_batches": 10})()  # type: ignore[assignment]
+    optimizer = model.configure_optimizers()["optimizer"]
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])
