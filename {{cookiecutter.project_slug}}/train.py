@@ -74,12 +74,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if best is not None:
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]
     if trainer.is_global_zero:
+        nan = float("nan")
+        throughput = metrics.get("train/device/samples_per_sec", nan) * hw.world_size
         print(
-            f"best val/acc={metrics.get('val/acc', float('nan')):.4f}  test/acc={metrics.get('test/acc', float('nan')):.4f}  "
-            f"train throughput={metrics.get('train/samples_per_sec', float('nan')):.0f} img/s  "
-            f"checkpoints: {Path(cfg.output_dir, 'checkpoints').resolve()}"
+            f"best val/acc={metrics.get('val/acc', nan):.4f}  test/acc={metrics.get('test/acc', nan):.4f}  "
+            f"train throughput={throughput:.0f} img/s  checkpoints: {Path(cfg.output_dir, 'checkpoints').resolve()}"
         )
     return metrics
+
 
 if __name__ == "__main__":
     main()

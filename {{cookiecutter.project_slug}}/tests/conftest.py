@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,13 @@ def tiny_args(tmp_path: Path) -> list[str]:
 
 
 def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python train.py ARGS` in a fresh process, as a user would run it."""
+    """`python train.py ARGS` in a fresh process, as a user would run it (src/ on the path even if not installed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, str(ROOT / "train.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
     )

@@ -12,9 +12,9 @@ from {{ cookiecutter.package_name }}.config import Config, ConfigError
 
 def test_defaults_are_valid() -> None:
     cfg = Config()
-    assert cfg.precision == "{{ cookiecutter.precision }}"
-    assert cfg.strategy == "{{ cookiecutter.strategy }}"
-    assert cfg.logger == "{{ cookiecutter.logger }}"
+    assert cfg.precision == "auto"
+    assert cfg.strategy == "auto"
+    assert cfg.logger == "tensorboard"
 
 
 @pytest.mark.parametrize(

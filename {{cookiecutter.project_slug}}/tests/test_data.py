@@ -68,7 +68,7 @@ def test_folder_source_reads_pngs_resizes_and_falls_back_to_val_for_test(tmp_pat
     dm = ImageDataModule(data="folder", data_dir=str(tmp_path), image_size=8, batch_size=3)
     assert dm.classes == ["cat", "dog", "emu"] and dm.num_classes == 3
     dm.setup("fit")
-    x, y = next(iter(dm.train_dataloader()))
+    x, _ = next(iter(dm.train_dataloader()))
     assert x.shape == (3, 3, 8, 8) and x.dtype == torch.uint8
     assert len(dm.datasets["test"]) == len(dm.datasets["val"]) == 6
 
@@ -85,7 +85,10 @@ def _write_fake_cifar10(root: Path, per_batch: int) -> None:
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), "labels": [i % 10 for i in range(per_batch)]}
+        batch = {
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            "labels": [i % 10 for i in range(per_batch)],
+        }
         with open(folder / name, "wb") as fh:
             pickle.dump(batch, fh)
 
@@ -108,8 +111,6 @@ def test_cifar10_reads_the_real_format_without_downloading(tmp_path: Path, monke
 
 def test_cifar10_downloads_into_data_dir_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, bool]] = []
-    monkeypatch.setattr(
-        "torchvision.datasets.CIFAR10", lambda root, train, download: calls.append((root, download))
-    )
+    monkeypatch.setattr("torchvision.datasets.CIFAR10", lambda root, train, download: calls.append((root, download)))
     ImageDataModule(data="cifar10", data_dir=str(tmp_path / "d")).prepare_data()
     assert calls == [(str(tmp_path / "d"), True)]

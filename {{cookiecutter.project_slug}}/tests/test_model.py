@@ -32,7 +32,7 @@ def test_small_images_get_a_gentler_stem_large_ones_keep_imagenet_stem() -> None
 
 
 def test_unknown_model_lists_the_valid_names() -> None:
-    with pytest.raises(ConfigError, match="--model: unknown model 'resnet9000'.*resnet50"):
+    with pytest.raises(ConfigError, match=r"--model: unknown model 'resnet9000'.*resnet50"):
         build_network("resnet9000", 3, 32)
 
 

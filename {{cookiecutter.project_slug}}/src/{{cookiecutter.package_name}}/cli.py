@@ -43,7 +43,8 @@ def _converter(annotation: Any) -> Callable[[str], Any]:
         try:
             return base(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if base is int else 'a number'}, got {text!r}")
+            kind = "an integer" if base is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
 
     return convert
 

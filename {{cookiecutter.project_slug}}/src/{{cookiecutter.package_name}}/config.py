@@ -38,7 +38,9 @@ class Config:
     num_nodes: int = opt(1, "machines in the job; global batch = batch-size x devices x nodes")
     strategy: str = opt("{{ cookiecutter.strategy }}", "auto = DDP when more than one device", STRATEGIES)
     precision: str = opt(
-        "{{ cookiecutter.precision }}", "auto = bf16-mixed on Ampere+, 16-mixed on older GPUs, 32-true on CPU", PRECISIONS
+        "{{ cookiecutter.precision }}",
+        "auto = bf16-mixed on Ampere+, 16-mixed on older GPUs, 32-true on CPU",
+        PRECISIONS,
     )
     compile: bool | None = opt(
         {{ "None" if cookiecutter.compile == "yes" else "False" }},
@@ -46,14 +48,15 @@ class Config:
     )
     compile_mode: str = opt("default", "max-autotune trades minutes of compile for a few % speed", COMPILE_MODES)
     channels_last: bool = opt(
-        {{ cookiecutter.channels_last == "yes" }}, "NHWC lets tensor cores run convolutions without transposes"
+        {{ cookiecutter.channels_last == "yes" }},
+        "NHWC lets tensor cores run convolutions without transposes",
     )
     tf32: bool = opt(True, "TF32 matmuls/convs on Ampere+: ~8x fp32 speed at ~1e-3 relative error")
     sync_batchnorm: bool = opt(False, "share BatchNorm statistics across GPUs: for small per-device batches")
     fsdp_sharding: str = opt("FULL_SHARD", "FSDP: what to shard (params+grads+optimizer = FULL_SHARD)", FSDP_SHARDING)
     activation_checkpointing: bool = opt(False, "FSDP: recompute block activations in backward to save memory")
     # --- data ------------------------------------------------------------------------------
-    data: str = opt("synthetic", "synthetic needs no download; cifar10 downloads; folder reads your images", DATA_SOURCES)
+    data: str = opt("synthetic", "synthetic: generated, no download; folder: your images", DATA_SOURCES)
     data_dir: str = opt("data", "where cifar10 is downloaded, or the folder with train/ val/ [test/]")
     image_size: int = opt(64, "side of the square images fed to the network")
     train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")

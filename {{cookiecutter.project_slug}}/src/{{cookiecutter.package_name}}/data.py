@@ -122,7 +122,9 @@ class ImageDataModule(L.LightningDataModule):
         self.datasets: dict[str, Dataset[Any]] = {}
         if data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
-                raise ConfigError("data_dir", f"folder data needs {self.root}/train/ and {self.root}/val/ class folders")
+                raise ConfigError(
+                    "data_dir", f"folder data needs {self.root}/train/ and {self.root}/val/ class folders"
+                )
             self.classes = sorted(p.name for p in (self.root / "train").iterdir() if p.is_dir())
         else:
             self.classes = list(SHAPES) if data == "synthetic" else list(CIFAR10_CLASSES)
@@ -142,14 +144,14 @@ class ImageDataModule(L.LightningDataModule):
         if self.datasets:
             return
         hp = self.hparams
-        if hp.data == "synthetic":
-            n_eval = max(1, hp.train_samples // 5)
+        if hp["data"] == "synthetic":
+            n_eval = max(1, hp["train_samples"] // 5)
             for offset, split in enumerate(("train", "val", "test")):
-                n = hp.train_samples if split == "train" else n_eval
-                self.datasets[split] = TensorDataset(*make_shapes(n, hp.image_size, hp.seed + offset))
-        elif hp.data == "cifar10":
+                n = hp["train_samples"] if split == "train" else n_eval
+                self.datasets[split] = TensorDataset(*make_shapes(n, hp["image_size"], hp["seed"] + offset))
+        elif hp["data"] == "cifar10":
             images, labels = read_cifar10(self.root, train=True)
-            order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(hp.seed))
+            order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(hp["seed"]))
             n_val = len(labels) // 10
             self.datasets["val"] = TensorDataset(images[order[:n_val]], labels[order[:n_val]])
             self.datasets["train"] = TensorDataset(images[order[n_val:]], labels[order[n_val:]])
@@ -157,7 +159,7 @@ class ImageDataModule(L.LightningDataModule):
         else:
             for split in ("train", "val", "test"):
                 folder = self.root / (split if (self.root / split).is_dir() else "val")
-                self.datasets[split] = ImageFolderUint8(folder, hp.image_size)
+                self.datasets[split] = ImageFolderUint8(folder, hp["image_size"])
 
     def _loader(self, split: str) -> DataLoader[Batch]:
         workers = self.hparams["num_workers"]

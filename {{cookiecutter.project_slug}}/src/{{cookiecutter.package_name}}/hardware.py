@@ -41,7 +41,9 @@ def _accelerator(cfg: Config) -> str:
         return "cuda" if cuda else "cpu"
     if cfg.accelerator in ("gpu", "cuda"):
         if not cuda:
-            raise ConfigError("accelerator", f"{cfg.accelerator} asked for, but no CUDA GPU is visible; use cpu or auto")
+            raise ConfigError(
+                "accelerator", f"{cfg.accelerator} asked for, but no CUDA GPU is visible; use cpu or auto"
+            )
         return "cuda"
     if cfg.accelerator == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("accelerator", "mps asked for, but this machine has no Apple GPU; use cpu or auto")

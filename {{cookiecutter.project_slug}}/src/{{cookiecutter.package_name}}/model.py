@@ -60,8 +60,9 @@ class ImageClassifier(L.LightningModule):
             self.net.compile(mode=self.hparams["compile_mode"])
 
     def setup(self, stage: str) -> None:
-        if stage == "fit" and self.trainer is not None:
-            self.flops_per_batch = self._measure_flops(self.trainer.datamodule.hparams["batch_size"])
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if stage == "fit" and datamodule is not None:
+            self.flops_per_batch = self._measure_flops(datamodule.hparams["batch_size"])
 
     def _measure_flops(self, batch_size: int) -> int:
         hp = self.hparams
@@ -97,7 +98,10 @@ class ImageClassifier(L.LightningModule):
         decay = [p for p in self.parameters() if p.ndim > 1]  # conv and linear weights
         no_decay = [p for p in self.parameters() if p.ndim <= 1]  # norms and biases: decaying them only hurts
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.hparams["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+            [
+                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
             lr=self.hparams["lr"],
             fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per tensor
         )
