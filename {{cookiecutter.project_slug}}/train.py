@@ -12,9 +12,13 @@ from {{ cookiecutter.package_name }}.config import Config, ConfigError
 def resume_path(cfg: Config) -> str | None:
     if cfg.resume is None:
         return None
-    path = Path(cfg.output_dir) / "checkpoints" / "last.ckpt" if cfg.resume == "last" else Path(cfg.resume)
+    output = Path(cfg.output_dir)
+    if cfg.resume == "auto":  # hpc_ckpt_N.ckpt: what Lightning saves when SLURM warns of preemption with SIGUSR1
+        found = [*output.glob("hpc_ckpt_*.ckpt"), *output.glob("checkpoints/last.ckpt")]
+        return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+    path = output / "checkpoints" / "last.ckpt" if cfg.resume == "last" else Path(cfg.resume)
     if not path.is_file():
-        raise ConfigError("resume", f"no checkpoint at {path}; give 'last' or the path of a .ckpt file")
+        raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
     return str(path)
 
 
@@ -24,12 +28,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     from {{ cookiecutter.package_name }} import hardware
     from {{ cookiecutter.package_name }}.data import ImageDataModule
-    from {{ cookiecutter.package_name }}.model import ImageClassifier
+    from {{ cookiecutter.package_name }}.guards import check_checkpoint, explain_failures, scale_batch_size
+    from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
     from {{ cookiecutter.package_name }}.trainer import build_trainer
 
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
         hw = hardware.resolve(cfg)
         ckpt = resume_path(cfg)
+        if ckpt is not None:
+            check_checkpoint(Path(ckpt))
         datamodule = ImageDataModule(
             data=cfg.data,
             data_dir=cfg.data_dir,
@@ -56,8 +64,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
 
     hardware.apply_backend_flags(cfg)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    trainer = build_trainer(cfg, hw)
+    if cfg.profile:
+        from {{ cookiecutter.package_name }}.profiling import profile
+
+        return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
+    trainer = build_trainer(cfg, hw, wrap=block_types(model.net))
+    if cfg.auto_batch_size:
+        with explain_failures(cfg, trainer, datamodule):
+            cfg.batch_size = scale_batch_size(trainer, model, datamodule)
     if trainer.is_global_zero:
         print(hw.summary())
         save_yaml(cfg, Path(cfg.output_dir) / "config.yaml")
@@ -65,11 +79,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         for logger in trainer.loggers:
             logger.log_hyperparams({**asdict(cfg), "global_batch_size": global_batch, "resolved": hw.summary()})
 
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
+    with explain_failures(cfg, trainer, datamodule):  # nan loss, out of memory, Ctrl-C: one line, no traceback
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
     checkpoint = trainer.checkpoint_callback
     best = None if cfg.fast_dev_run or checkpoint is None else (checkpoint.best_model_path or None)  # type: ignore[attr-defined]
     fit_metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
-    trainer.test(model, datamodule=datamodule, ckpt_path=best)
+    trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)
     metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}
     if best is not None:
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]

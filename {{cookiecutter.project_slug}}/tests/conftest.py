@@ -14,8 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def tiny_args(tmp_path: Path) -> list[str]:
+    # Pinned, not left to the bake's defaults: 16-mixed and fsdp need CUDA, and these tests must run on any CPU.
     return [
         "--accelerator=cpu",
+        "--precision=32-true",
+        "--strategy=auto",
         "--image-size=16",
         "--batch-size=8",
         "--train-samples=32",

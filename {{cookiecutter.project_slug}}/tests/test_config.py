@@ -10,11 +10,12 @@ from {{ cookiecutter.package_name }}.cli import parse_args
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
 
 
-def test_defaults_are_valid() -> None:
+def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
     cfg = Config()
-    assert cfg.precision == "auto"
-    assert cfg.strategy == "auto"
-    assert cfg.logger == "tensorboard"
+    assert cfg.precision == "{{ cookiecutter.precision }}"
+    assert cfg.strategy == "{{ cookiecutter.strategy }}"
+    assert cfg.logger == "{{ cookiecutter.logger }}"
+    assert cfg.channels_last is {{ cookiecutter.channels_last == "yes" }}
 
 
 @pytest.mark.parametrize(

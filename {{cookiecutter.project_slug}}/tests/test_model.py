@@ -38,7 +38,8 @@ def test_unknown_model_lists_the_valid_names() -> None:
 
 def test_norms_and_biases_get_no_weight_decay() -> None:
     model = ImageClassifier(num_classes=3, image_size=16, weight_decay=0.1)
-    model.trainer = type("T", (), {"estimated_stepping_batches": 10})()  # type: ignore[assignment]
+    fake_trainer = {"estimated_stepping_batches": 10, "precision": "32-true", "gradient_clip_val": None}
+    model.trainer = type("T", (), fake_trainer)()  # type: ignore[assignment]
     optimizer = model.configure_optimizers()["optimizer"]
     decay, no_decay = optimizer.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0

@@ -22,10 +22,10 @@ class _Parser(argparse.ArgumentParser):
         fail(message)
 
 
-def fail(message: str) -> NoReturn:
-    """One line and exit code 2, like argparse, instead of a traceback."""
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line and an exit code (2 for bad input, like argparse) instead of a traceback."""
     print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def _converter(annotation: Any) -> Callable[[str], Any]:

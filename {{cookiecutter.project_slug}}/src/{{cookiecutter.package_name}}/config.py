@@ -61,6 +61,7 @@ class Config:
     image_size: int = opt(64, "side of the square images fed to the network")
     train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
     batch_size: int = opt(128, "per device; the global batch is this x devices x nodes x accumulation")
+    auto_batch_size: bool = opt(False, "first find the largest --batch-size that fits in memory; one device only")
     num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1, up to 8")
     # --- model and optimisation --------------------------------------------------------------
     model: str = opt("resnet18", "any torchvision classification model name")
@@ -75,10 +76,15 @@ class Config:
     deterministic: bool = opt(False, "bitwise-reproducible kernels; slower, and turns cudnn.benchmark off")
     # --- run -------------------------------------------------------------------------------
     output_dir: str = opt("outputs", "checkpoints, logs and the resolved config.yaml go here")
-    resume: str | None = opt(None, "'last' for <output-dir>/checkpoints/last.ckpt, or a checkpoint path")
+    resume: str | None = opt(
+        None,
+        "'last' = <output-dir>/checkpoints/last.ckpt; 'auto' = the newest of it and a preemption checkpoint, "
+        "or a fresh start if neither exists (what a requeued job needs); or a checkpoint path",
+    )
     logger: str = opt("{{ cookiecutter.logger }}", "experiment tracker", LOGGERS)
     log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
     fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")
+    profile: bool = opt(False, "profile 5 steps after warm-up and stop; trace and kernel table in <output-dir>/profile")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -98,6 +104,13 @@ class Config:
             raise ConfigError("lr", f"must be positive, got {self.lr}")
         if not 0 <= self.warmup_fraction < 1:
             raise ConfigError("warmup_fraction", f"must be in [0, 1), got {self.warmup_fraction}")
+        if self.resume is not None and self.resume not in ("auto", "last") and not self.resume.endswith(".ckpt"):
+            raise ConfigError("resume", f"give 'auto', 'last' or the path of a .ckpt file; got {self.resume!r}")
+        if self.strategy != "fsdp" and (self.activation_checkpointing or self.fsdp_sharding != "FULL_SHARD"):
+            bad = "activation_checkpointing" if self.activation_checkpointing else "fsdp_sharding"
+            raise ConfigError(bad, f"only applies with --strategy fsdp, not {self.strategy}")
+        if self.profile and self.fast_dev_run:
+            raise ConfigError("profile", "needs a dozen training steps; --fast-dev-run runs one, leave it out")
         if self.weight_decay < 0 or self.gradient_clip_val < 0:
             bad = "weight_decay" if self.weight_decay < 0 else "gradient_clip_val"
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")

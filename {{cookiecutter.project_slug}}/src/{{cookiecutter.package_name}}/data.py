@@ -6,7 +6,10 @@ loader from being the bottleneck.
 
 from __future__ import annotations
 
+import functools
 import pickle
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,13 @@ from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as TF
 
 from .config import ConfigError
+from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what torchvision.io.decode_image reads
 Batch = tuple[Tensor, Tensor]
 
 
@@ -37,7 +42,7 @@ def make_shapes(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
     grid = (np.arange(size) + 0.5) / size
     for start in range(0, n, 512):  # chunks bound the memory of the per-pixel masks
         m = min(512, n - start)
-        r = rng.uniform(0.18, 0.34, m)[:, None, None]
+        r = rng.uniform(0.2, 0.36, m)[:, None, None]
         cy, cx = (rng.uniform(r[:, 0, 0], 1 - r[:, 0, 0])[:, None, None] for _ in range(2))
         dy, dx = (grid[None, :, None] - cy) / r, (grid[None, None, :] - cx) / r
         ay, ax, d2 = np.abs(dy), np.abs(dx), dx**2 + dy**2
@@ -73,20 +78,51 @@ def read_cifar10(root: Path, train: bool) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(np.concatenate(images)), torch.tensor(labels)
 
 
+def _is_image(path: str) -> bool:
+    return path.lower().endswith(IMAGE_SUFFIXES)
+
+
 def _read_rgb(path: str) -> Tensor:
     return decode_image(path, mode=ImageReadMode.RGB)
+
+
+def check_image_folders(root: Path, classes: list[str]) -> None:
+    """Refuse at start what ImageFolder would fail on mid-run, or silently mislabel: mismatched or empty classes."""
+    splits = [split for split in ("train", "val", "test") if (root / split).is_dir()]
+    for split in splits[1:]:
+        found = sorted(p.name for p in (root / split).iterdir() if p.is_dir())
+        if found != classes:
+            raise ConfigError("data_dir", f"{root}/{split}/ has class folders {found}, but train/ has {classes}")
+    for folder in (root / split / name for split in splits for name in classes):
+        if not any(_is_image(str(p)) for p in folder.iterdir()):
+            raise ConfigError("data_dir", f"no images in {folder}/; each class needs some {'/'.join(IMAGE_SUFFIXES)}")
 
 
 class ImageFolderUint8(torchvision.datasets.ImageFolder):
     """Your `class_name/image.jpg` folders, decoded and resized to uint8 `size x size` on the CPU."""
 
     def __init__(self, root: Path, size: int) -> None:
-        super().__init__(str(root), loader=_read_rgb)
+        super().__init__(str(root), loader=_read_rgb, is_valid_file=_is_image)
         self.size = size
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        image, label = super().__getitem__(index)
-        return TF.resize(image, [self.size, self.size], antialias=True), label
+        # An unreadable file is skipped with a warning naming it, and the next image takes its place so that batch
+        # shapes stay fixed: one bad file in a million should not end a run hours in.
+        for i in (j % len(self) for j in range(index, index + len(self))):
+            try:
+                image, label = super().__getitem__(i)
+            except RuntimeError as err:
+                reason = re.sub(r"^\w+, \S+:\d+, ", "", str(err).strip())  # drop the C++ source location
+                warnings.warn(f"skipping unreadable image {self.samples[i][0]}: {reason}", stacklevel=2)
+                continue
+            return TF.resize(image, [self.size, self.size], antialias=True), label
+        raise ConfigError("data_dir", f"none of the images in {self.root} can be read")
+
+
+@functools.cache
+def _normalization(device: torch.device) -> tuple[Tensor, Tensor]:
+    """Made once per device: a tensor made from Python numbers on a GPU is a copy that waits for the GPU to finish."""
+    return torch.tensor(MEAN, device=device).view(1, 3, 1, 1), torch.tensor(STD, device=device).view(1, 3, 1, 1)
 
 
 def random_crop_flip(x: Tensor, pad: int) -> Tensor:
@@ -130,6 +166,8 @@ class ImageDataModule(L.LightningDataModule):
             self.classes = list(SHAPES) if data == "synthetic" else list(CIFAR10_CLASSES)
         if len(self.classes) < 2:
             raise ConfigError("data_dir", f"{self.root}/train/ needs at least 2 class folders, found {self.classes}")
+        if data == "folder":
+            check_image_folders(self.root, self.classes)
 
     @property
     def num_classes(self) -> int:
@@ -138,7 +176,11 @@ class ImageDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         # Runs on one process per node, so parallel ranks never download over each other.
         if self.hparams["data"] == "cifar10" and not (self.root / "cifar-10-batches-py").is_dir():
-            torchvision.datasets.CIFAR10(str(self.root), train=True, download=True)
+            try:
+                torchvision.datasets.CIFAR10(str(self.root), train=True, download=True)
+            except (OSError, RuntimeError) as err:  # offline, a proxy, a full disk, a bad checksum
+                missing = f"CIFAR-10 is not in {self.root} and the download failed ({err})"
+                raise ConfigError("data_dir", f"{missing}; copy cifar-10-batches-py/ there") from None
 
     def setup(self, stage: str) -> None:
         if self.datasets:
@@ -162,16 +204,19 @@ class ImageDataModule(L.LightningDataModule):
                 self.datasets[split] = ImageFolderUint8(folder, hp["image_size"])
 
     def _loader(self, split: str) -> DataLoader[Batch]:
-        workers = self.hparams["num_workers"]
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.hparams["batch_size"],
-            shuffle=split == "train",
-            drop_last=split == "train",  # static shapes: no recompile, no cuDNN re-tune, no tiny last step
-            num_workers=workers,
-            pin_memory=self.hparams["pin_memory"],
-            persistent_workers=workers > 0,  # no worker restart cost at every epoch and validation
+        hp, dataset = self.hparams, self.datasets[split]
+        options: dict[str, Any] = dict(
+            num_workers=hp["num_workers"],
+            pin_memory=hp["pin_memory"],
+            persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
+            generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
         )
+        if split != "train":
+            return DataLoader(dataset, batch_size=hp["batch_size"], **options)
+        # The order depends only on seed and epoch, and a checkpoint records how far into it training got.
+        # drop_last keeps shapes static: no recompile, no cuDNN re-tune, no tiny last step.
+        batches = SkippingBatchSampler(EpochShuffle(dataset, hp["seed"]), hp["batch_size"], drop_last=True)
+        return ResumableLoader(dataset, batch_sampler=batches, **options)
 
     def train_dataloader(self) -> DataLoader[Batch]:
         return self._loader("train")
@@ -190,8 +235,7 @@ class ImageDataModule(L.LightningDataModule):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         if self.trainer is not None and self.trainer.training:
             x = random_crop_flip(x, pad=max(1, size // 8))
-        mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
+        mean, std = _normalization(x.device)
         x = (x - mean) / std
         if self.hparams["channels_last"]:
             x = x.contiguous(memory_format=torch.channels_last)

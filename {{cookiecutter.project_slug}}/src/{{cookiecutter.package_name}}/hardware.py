@@ -87,6 +87,8 @@ def resolve(cfg: Config) -> Hardware:
     devices, local = _local_devices(cfg, accelerator)
     if cfg.strategy == "fsdp" and accelerator != "cuda":
         raise ConfigError("strategy", f"fsdp needs CUDA GPUs, not {accelerator}; use auto or ddp")
+    if cfg.auto_batch_size and local * cfg.num_nodes > 1:
+        raise ConfigError("auto_batch_size", f"searches on one device, not {local * cfg.num_nodes}; use --devices 1")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return Hardware(
         accelerator=accelerator,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -32,6 +34,43 @@ def build_network(name: str, num_classes: int, image_size: int) -> nn.Module:
     return net
 
 
+def check_image_size(name: str, num_classes: int, image_size: int) -> None:
+    """Run the network on the meta device (shapes only: no memory, no compute) so a too-small image fails at start."""
+
+    def fits(size: int) -> bool:
+        with torch.device("meta"):
+            try:
+                build_network(name, num_classes, size)(torch.empty(2, 3, size, size))
+            except NotImplementedError:
+                return True  # an op without a meta kernel: leave the verdict to the real run
+            except (RuntimeError, ValueError, AssertionError):  # what conv, pool and ViT's size check raise
+                return False
+        return True
+
+    if not fits(image_size):
+        larger = next((s for s in (32, 64, 96, 128, 224, 299, 384, 518) if s > image_size and fits(s)), None)
+        hint = f"try --image-size {larger}" if larger else "try a larger --image-size"
+        raise ConfigError("image_size", f"{image_size} px is too small for {name}; {hint}")
+
+
+def block_types(net: nn.Module) -> set[type[nn.Module]]:
+    """The classes of the network's repeated blocks (ResNet's BasicBlock or Bottleneck, ViT's EncoderBlock, ...).
+
+    FSDP shards, and activation checkpointing recomputes, one such block at a time. A block is the outermost module
+    with sub-modules of its own inside a Sequential/ModuleList/ModuleDict stage; none found means one unit for all.
+    """
+    stages = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+    def blocks(module: nn.Module) -> Iterator[type[nn.Module]]:
+        for child in module.children():
+            if isinstance(module, stages) and not isinstance(child, stages) and next(child.children(), None):
+                yield type(child)  # its insides are sharded with it, so no need to look further down
+            else:
+                yield from blocks(child)
+
+    return set(blocks(net))
+
+
 class ImageClassifier(L.LightningModule):
     def __init__(
         self,
@@ -47,17 +86,25 @@ class ImageClassifier(L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        check_image_size(model, num_classes, image_size)
         self.net = build_network(model, num_classes, image_size)
         if channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
-        self.train_acc, self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes) for _ in range(3))
+        # Training accuracy is the plain (micro) one: the per-class (macro) average counts with a bincount, which waits
+        # for the GPU at every step. With classes of equal size the two are the same number.
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes) for _ in range(2))
         self.flops_per_batch = 0  # set in configure_model; ThroughputMonitor divides it by step time for MFU
+        self.loss_scale: float | None = None  # 16-mixed: GradScaler's scale after the last optimizer step
 
     def configure_model(self) -> None:
         # Compile the network, not the LightningModule, so self.log, hooks and the DDP wrapper stay in eager Python.
         # nn.Module.compile() works in place and keeps state_dict keys free of the `_orig_mod.` prefix.
         if self.hparams["compile"] and not getattr(self.net, "_compiled_call_impl", None):
-            self.net.compile(mode=self.hparams["compile_mode"])
+            # dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by
+            # default dynamo answers a new size by making the batch dimension symbolic, also in the training graph
+            # compiled after it, which then loses its static-shape kernels. Instead each size gets its own graph.
+            self.net.compile(mode=self.hparams["compile_mode"], dynamic=False)
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -81,7 +128,8 @@ class ImageClassifier(L.LightningModule):
         accuracy = getattr(self, f"{stage}_acc")
         accuracy(logits, y)
         train = stage == "train"
-        self.log(f"{stage}/loss", loss, on_step=train, on_epoch=not train, prog_bar=True, sync_dist=not train)
+        # prog_bar=True would read the loss back from the GPU every step; monitors.LogStepProgressBar shows it instead.
+        self.log(f"{stage}/loss", loss, on_step=train, on_epoch=not train, prog_bar=not train, sync_dist=not train)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
 
@@ -95,15 +143,24 @@ class ImageClassifier(L.LightningModule):
         self._shared_step(batch, "test")
 
     def configure_optimizers(self) -> Any:
-        decay = [p for p in self.parameters() if p.ndim > 1]  # conv and linear weights
-        no_decay = [p for p in self.parameters() if p.ndim <= 1]  # norms and biases: decaying them only hurts
+        # Conv and linear weights decay; norms and biases do not (decaying them only hurts). Told apart by module,
+        # not by shape: under FSDP every parameter is already a flat 1-D shard when this runs.
+        norms = (nn.BatchNorm2d, nn.SyncBatchNorm, nn.GroupNorm, nn.LayerNorm)
+        decay: list[nn.Parameter] = []
+        no_decay: list[nn.Parameter] = []
+        for module in self.modules():
+            for name, p in module.named_parameters(recurse=False):
+                (no_decay if isinstance(module, norms) or name == "bias" else decay).append(p)
+        # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
+        # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused.
+        scaled_clip = self.trainer.precision == "16-mixed" and bool(self.trainer.gradient_clip_val)
         optimizer = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": self.hparams["weight_decay"]},
                 {"params": no_decay, "weight_decay": 0.0},
             ],
             lr=self.hparams["lr"],
-            fused=self.device.type == "cuda",  # one kernel for the whole update instead of several per tensor
+            fused=self.device.type == "cuda" and not scaled_clip,
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(self.hparams["warmup_fraction"] * total)
@@ -115,3 +172,18 @@ class ImageClassifier(L.LightningModule):
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self.loss_scale = self._current_loss_scale()  # after a resume has restored the scaler's state
+
+    def lr_scheduler_step(self, scheduler: LRSchedulerTypeUnion, metric: Any) -> None:
+        # 16-mixed: on overflowing gradients GradScaler skips optimizer.step and halves its scale, but Lightning still
+        # steps the schedule, which would then run ahead of the weights; a drop in scale is how a skip shows.
+        # Reading the scale waits for the GPU once per step, and only under 16-mixed.
+        before, self.loss_scale = self.loss_scale, self._current_loss_scale()
+        if before is None or self.loss_scale is None or self.loss_scale >= before:
+            super().lr_scheduler_step(scheduler, metric)
+
+    def _current_loss_scale(self) -> float | None:
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        return scaler.get_scale() if scaler is not None and scaler.is_enabled() else None

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import (
-    Callback,
-    LearningRateMonitor,
-    ModelCheckpoint,
-    RichProgressBar,
-    ThroughputMonitor,
-)
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch import nn
 
 from .config import Config
+from .guards import FiniteLossGuard
 from .hardware import Hardware
+from .monitors import LogStepProgressBar, LogStepThroughputMonitor
+from .resume import ExactResume, StopOnSignal
 
 
 def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None) -> Strategy | str:
@@ -34,6 +33,15 @@ def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None 
         # gradient_as_bucket_view saves one gradient-sized copy.
         return DDPStrategy(find_unused_parameters=False, gradient_as_bucket_view=True)
     return "auto"
+
+
+def build_cluster_environments() -> list[ClusterEnvironment]:
+    # scripts/slurm.sbatch has SLURM send SIGUSR1 90 s before the time limit: Lightning then saves
+    # <output-dir>/hpc_ckpt_N.ckpt and runs `scontrol requeue`; the requeued job continues via --resume auto.
+    # torchrun inside a SLURM allocation manages its own processes, so it keeps Lightning's TorchElastic detection.
+    if SLURMEnvironment.detect() and not TorchElasticEnvironment.detect():
+        return [SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)]
+    return []
 
 
 def build_logger(cfg: Config) -> Logger:
@@ -66,9 +74,13 @@ def build_callbacks(cfg: Config) -> list[Callback]:
         ),
         # last.ckpt after every epoch, improved or not: what --resume last continues from.
         ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
+        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C or SIGTERM, mid-epoch
+        ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
+        FiniteLossGuard(every_n_steps=cfg.log_every_n_steps),  # and never with the weights a nan loss left
         LearningRateMonitor(logging_interval="step"),
-        ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0)),
-        RichProgressBar(),
+        # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)
+        LogStepThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), every_n_steps=cfg.log_every_n_steps),
+        LogStepProgressBar(every_n_steps=cfg.log_every_n_steps),
     ]
 
 
@@ -78,6 +90,7 @@ def build_trainer(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None =
         devices=hw.devices,
         num_nodes=cfg.num_nodes,
         strategy=build_strategy(cfg, hw, wrap),
+        plugins=build_cluster_environments(),
         precision=hw.precision,
         sync_batchnorm=cfg.sync_batchnorm,
         max_epochs=cfg.max_epochs,
@@ -91,6 +104,9 @@ def build_trainer(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None =
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,
         default_root_dir=cfg.output_dir,
+        # Validation inside fit runs under no_grad; testing under inference_mode would feed the compiled network
+        # inference tensors, for which dynamo compiles every evaluation graph again. Compiled, test as validation does.
+        inference_mode=not hw.compile,
     )
     kwargs.update(overrides)
     return L.Trainer(**kwargs)

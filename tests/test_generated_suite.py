@@ -1,0 +1,24 @@
+"""The generated project's own test suite passes on CPU for the defaults and for bakes whose GPU defaults differ."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import bake, run
+
+REPRESENTATIVE = {
+    "defaults": {},
+    "fp16-fsdp-csv": {"precision": "16-mixed", "strategy": "fsdp", "logger": "csv"},
+    "fp32-eager-nchw-mlflow": {"precision": "32-true", "compile": "no", "channels_last": "no", "logger": "mlflow"},
+}
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("answers", REPRESENTATIVE.values(), ids=REPRESENTATIVE.keys())
+def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str]) -> None:
+    project = bake(tmp_path, **answers)
+    result = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, timeout=1200)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1]

@@ -1,0 +1,223 @@
+"""Training throughput of each speed setting on this machine, and what Lightning costs against a plain PyTorch loop.
+
+    python bench.py                                # CUDA: ResNet-50 at 224 px; CPU: a tiny ResNet-18 configuration
+    python bench.py --only bf16+cl+compile,loader  # some settings only; the table's first column has the names
+
+One table is printed; the same numbers, the device, the versions and the command go to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shlex
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import lightning
+import torch
+from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+from {{ cookiecutter.package_name }} import hardware, loader_benchmark
+from {{ cookiecutter.package_name }}.benchmark import (
+    Setting,
+    Spec,
+    Timing,
+    flops_per_batch,
+    peak_flops,
+    run_lightning,
+    run_plain,
+)
+from {{ cookiecutter.package_name }}.cli import fail
+from {{ cookiecutter.package_name }}.config import Config, ConfigError
+
+# Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
+DEFAULTS = {
+    "cuda": {"model": "resnet50", "image_size": 224, "batch_size": 256, "warmup": 20, "steps": 100},
+    "cpu": {"model": "resnet18", "image_size": 32, "batch_size": 16, "warmup": 2, "steps": 6},
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, as train.py answers
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: CUDA when visible")
+    parser.add_argument("--model", help="torchvision model (default: resnet50 on CUDA, resnet18 on CPU)")
+    parser.add_argument("--image-size", type=int, help="default: 224 on CUDA, 32 on CPU")
+    parser.add_argument("--batch-size", type=int, help="default: 256 on CUDA, 16 on CPU")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default: 20 on CUDA, 2 on CPU)")
+    parser.add_argument("--steps", type=int, help="timed steps, in windows of steps/5 (default: 100 CUDA, 6 CPU)")
+    parser.add_argument("--only", help="comma-separated setting names, and/or 'loader'; default: everything")
+    parser.add_argument("--compile", action="store_true", help="CPU: add compiled settings (always there on CUDA)")
+    parser.add_argument(
+        "--peak-tflops", type=float, help="one device's dense bf16/fp16 peak, for MFU off Lightning's list"
+    )
+    parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device: cuda asked for, but no CUDA GPU is visible; use cpu or auto")
+    for key, value in DEFAULTS[args.device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for key in ("image_size", "batch_size", "steps"):
+        if getattr(args, key) < 1:
+            fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
+    if args.warmup < 0:
+        fail(f"--warmup: must be 0 or more, got {args.warmup}")
+    return args
+
+
+def matrix(device: str, with_compile: bool) -> list[Setting]:
+    """The naive baseline first, then one knob at a time. TF32 and fp16 are CUDA features; CPU runs without them."""
+    if device == "cpu":
+        settings = [Setting(p, False, cl, False) for p in ("32-true", "bf16-mixed") for cl in (False, True)]
+        return settings + ([Setting(p, False, True, True) for p in ("32-true", "bf16-mixed")] if with_compile else [])
+    settings = [Setting("32-true", False, False, False), Setting("32-true", True, False, False)]
+    for half in ("bf16-mixed", "16-mixed") if torch.cuda.is_bf16_supported() else ("16-mixed",):
+        settings += [
+            Setting(half, True, False, False),
+            Setting(half, True, True, False),
+            Setting(half, True, True, True),
+        ]
+    return settings
+
+
+def default_setting(spec: Spec) -> Setting:
+    """What `python train.py` resolves to on this device with the same model and sizes."""
+    cfg = Config(accelerator=spec.device, devices="1", strategy="auto", model=spec.model, image_size=spec.image_size)
+    try:
+        hw = hardware.resolve(cfg)
+    except ConfigError:  # a project generated with 16-mixed, on a CPU: compare with what --precision auto gives
+        hw = hardware.resolve(dataclasses.replace(cfg, precision="auto"))
+    return Setting(hw.precision, cfg.tf32 and spec.device == "cuda", hw.channels_last, hw.compile)
+
+
+def select(settings: list[Setting], only: str | None) -> tuple[list[Setting], bool]:
+    if only is None:
+        return settings, True
+    names = [name.strip() for name in only.split(",") if name.strip()]
+    valid = [s.name for s in settings] + ["loader"]
+    for name in names:
+        if name not in valid:
+            fail(f"--only: {name!r} is not one of: {', '.join(valid)}")
+    return [s for s in settings if s.name in names], "loader" in names
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [
+        line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+    ]
+    return f"{models[0] if models else 'CPU'} ({os.cpu_count()} threads)" if cpuinfo.exists() else "CPU"
+
+
+def table(results: dict[str, Any]) -> str:
+    naive = next((r["images_per_s"] for r in results["settings"] if r["name"] == "fp32"), None)
+    lines = [
+        f"{results['device']} | torch {results['torch']} | lightning {results['lightning']} | {results['model']} "
+        f"{results['image_size']} px, batch {results['batch_size']} | {results['warmup']} warm-up + "
+        f"{results['steps']} timed steps"
+    ]
+    if results["settings"]:
+        lines.append(
+            f"{'setting':<26}{'img/s':>10}{'x fp32':>8}{'step ms':>9}{'start-up s':>12}{'peak GiB':>10}{'MFU':>7}"
+        )
+    for row in [*results["settings"], *([results["plain"]] if results["plain"] else [])]:
+        label = row["name"] + (" (default)" if row.get("default") else "")
+        speedup = "-" if naive is None else f"{row['images_per_s'] / naive:.2f}"
+        memory = "n/a" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.2f}"
+        mfu = "n/a" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
+        lines.append(
+            f"{label:<26}{row['images_per_s']:>10.1f}{speedup:>8}{row['step_ms']:>9.1f}{row['startup_s']:>12.1f}"
+            f"{memory:>10}{mfu:>7}"
+        )
+    if results["plain"]:
+        lines.append(f"Lightning / plain PyTorch throughput: {results['lightning_over_plain']:.3f}")
+    for row in results["loader"]:
+        pinned = "pinned" if row["pin_memory"] else "pageable"
+        lines.append(
+            f"loader {row['data']:<10} {row['workers']} workers, {pinned:<9}{row['samples_per_s']:>10.1f} samples/s"
+        )
+    return "\n".join(lines)
+
+
+def measure(args: argparse.Namespace, spec: Spec, command: str) -> dict[str, Any]:
+    default = default_setting(spec)
+    settings = matrix(spec.device, args.compile or spec.device == "cuda")
+    settings, with_loader = select(settings + [default] * (default not in settings), args.only)
+    try:
+        flops = flops_per_batch(spec)
+    except ConfigError as err:  # an unknown --model
+        fail(str(err))
+    results: dict[str, Any] = {
+        "command": command,
+        **dataclasses.asdict(spec),
+        "device": device_name(spec.device),
+        "accelerator": spec.device,
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "cuda": torch.version.cuda if spec.device == "cuda" else None,
+        "flops_per_batch": flops,
+        "settings": [],
+        "plain": None,
+        "lightning_over_plain": None,
+        "loader": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
+
+        def row(run: Callable[[Spec, Setting, Path], Timing], setting: Setting, name: str) -> dict[str, Any]:
+            timing = run(spec, setting, Path(workdir, name))
+            peak = peak_flops(spec, setting, args.peak_tflops)
+            mfu = flops * timing.images_per_s / spec.batch_size / peak if peak else None
+            return {"name": name, **dataclasses.asdict(setting), **dataclasses.asdict(timing), "mfu": mfu}
+
+        for setting in settings:
+            results["settings"].append(row(run_lightning, setting, setting.name) | {"default": setting == default})
+            if setting == default:
+                results["plain"] = row(run_plain, setting, f"plain PyTorch, {setting.name}")
+                ratio = results["settings"][-1]["images_per_s"] / results["plain"]["images_per_s"]
+                results["lightning_over_plain"] = ratio
+        if with_loader:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            device = torch.device(spec.device)
+            results["loader"] = loader_benchmark.run(device, spec.image_size, spec.batch_size, cpus, Path(workdir))
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    spec = Spec(args.device, args.model, args.image_size, args.batch_size, args.warmup, args.steps)
+    command = shlex.join(["python", "bench.py", *(sys.argv[1:] if argv is None else argv)])
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # one table, not one Trainer banner per setting
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=PossibleUserWarning)
+            results = measure(args, spec, command)
+    finally:
+        lightning_log.setLevel(level)
+    print(table(results))
+    Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {Path(args.json).resolve()}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

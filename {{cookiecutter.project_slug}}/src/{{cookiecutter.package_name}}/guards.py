@@ -1,0 +1,130 @@
+"""What can only go wrong once a run has started, each told in one line with the cause and what to try.
+
+Bad options are refused before anything starts (config.py, hardware.py, data.py, model.py). This module covers the
+rest: a checkpoint that is more than tensors, a nan or inf loss, running out of memory, a stop signal.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from .cli import fail
+from .config import Config, ConfigError
+from .resume import StopOnSignal
+
+
+def check_checkpoint(path: Path) -> None:
+    """Refuse, before anything starts, a checkpoint that is not only tensors and plain Python values.
+
+    Lightning is asked to load with weights_only=True, which never runs code from the file; this reads the file the
+    same way first, so a refusal or a damaged file is one line instead of a traceback from inside `fit`.
+    """
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        what = f"a pickled {found.group(1)}" if found else "pickled objects"
+        raise ConfigError(
+            "resume", f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
+        ) from None
+    except (RuntimeError, OSError, EOFError) as err:
+        reason = str(err).strip().splitlines()[0]
+        raise ConfigError("resume", f"{path} is not a readable checkpoint ({reason}); give another one") from None
+
+
+class NonFiniteLossError(RuntimeError):
+    def __init__(self, step: int) -> None:
+        super().__init__(f"the training loss became nan or inf at step {step}")
+
+
+class FiniteLossGuard(Callback):
+    """Stops at the first nan or inf training loss, before any checkpoint is written with the weights it produced.
+
+    Each step only updates a flag on the device. The flag is read every `every_n_steps` steps (pass the logging
+    interval: logging waits for the GPU then anyway) and before every checkpoint, so ordinary steps get no extra
+    GPU-to-CPU synchronisation.
+    """
+
+    def __init__(self, every_n_steps: int) -> None:
+        self.every_n_steps = every_n_steps
+        self._first_bad: torch.Tensor | None = None  # the step of the first non-finite loss, -1 while there is none
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
+        if loss is None:
+            return
+        if self._first_bad is None:
+            self._first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
+        newly_bad = ~torch.isfinite(loss.detach()) & (self._first_bad < 0)
+        self._first_bad = torch.where(newly_bad, trainer.global_step, self._first_bad)
+        if trainer.global_step % self.every_n_steps == 0:
+            self._check(trainer)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._check(trainer)
+
+    def _check(self, trainer: L.Trainer) -> None:
+        step = -1 if self._first_bad is None else int(self._first_bad.item())
+        if trainer.strategy.reduce_boolean_decision(step >= 0, all=False):  # all ranks stop at the same step
+            raise NonFiniteLossError(step if step >= 0 else trainer.global_step)
+
+
+def scale_batch_size(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> int:
+    """The largest power-of-two multiple of --batch-size whose training steps fit in memory, by Lightning's finder.
+
+    Powers of two keep the batch a multiple of 8, which tensor cores want; the search stops at the data set size.
+    """
+    from lightning.pytorch.tuner import Tuner
+
+    start = datamodule.hparams["batch_size"]
+    found = Tuner(trainer).scale_batch_size(model, datamodule=datamodule, mode="power", init_val=start)
+    size = int(found or start)
+    if trainer.is_global_zero:
+        print(f"auto batch size: {size} per device fits (started from {start})")
+    return size
+
+
+@contextmanager
+def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule) -> Iterator[None]:
+    """Turns the failures of a started run into one line: what happened, where, and what to try."""
+    try:
+        yield
+    except ConfigError as err:
+        fail(str(err))
+    except NonFiniteLossError as err:
+        last = Path(cfg.output_dir, "checkpoints", "last.ckpt")
+        kept = f"the last good checkpoint {last} is untouched" if last.is_file() else "no checkpoint was written"
+        fail(
+            f"{err}; {kept}. Try a lower --lr (now {cfg.lr:g}), --gradient-clip-val 1.0, "
+            "and --precision bf16-mixed instead of 16-mixed (fp16 overflows where bf16 does not)",
+            code=1,
+        )
+    except torch.OutOfMemoryError:
+        size = datamodule.hparams["batch_size"]
+        fail(
+            f"--batch-size: out of memory with {size} images of {cfg.image_size} px per device ({cfg.model}); "
+            f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
+            f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
+            code=1,
+        )
+    except SIGTERMException:
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        signum = (stop.signum if stop else None) or signal.SIGTERM
+        if trainer.is_global_zero:
+            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
+            print(f"stopped by {signal.Signals(signum).name} at step {trainer.global_step}: {saved}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None

@@ -1,0 +1,82 @@
+"""Throughput, MFU and the progress bar's loss, without making the CPU wait for the GPU after every step.
+
+A training step only queues work on the GPU, so the CPU can prepare the next step while the GPU computes. Reading a
+GPU value on the CPU (`.item()`, `float()`, `torch.cuda.synchronize()`) drains that queue, and the GPU then idles
+while the CPU catches up: a few % of speed at ResNet-50 size, more with smaller models. Lightning's ThroughputMonitor
+synchronizes after every step to time it, and a metric logged with `prog_bar=True` is read back after every step.
+The two callbacks here read the GPU only on logging steps, which read it anyway to send metrics to the logger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.throughput import Throughput, get_available_flops
+from lightning.pytorch.callbacks import RichProgressBar
+
+HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+class LogStepThroughputMonitor(L.Callback):
+    """Lightning's throughput meter timed on logging steps only: logs what ThroughputMonitor logs (train/time,
+    train/device/samples_per_sec, train/device/mfu, ...), each rate over the steps since the previous logging step.
+    MFU needs the LightningModule's `flops_per_batch` and a GPU in Lightning's table of peak FLOPs."""
+
+    def __init__(self, batch_size_fn: Callable[[Any], int], every_n_steps: int) -> None:
+        self.batch_size_fn, self.every_n_steps = batch_size_fn, every_n_steps
+        self.meter: Throughput | None = None
+        self.samples = self.batches = self.batches_at_log = self.logged_step = 0
+        self.started = self.paused = self.validation_started = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        peak = get_available_flops(trainer.strategy.root_device, HALF.get(str(trainer.precision), torch.float32))
+        # window_size=2: a rate between two consecutive logging steps
+        self.meter = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=2)
+        self.started, self.paused, self.validation_started = time.perf_counter(), 0.0, 0.0
+        self.logged_step = trainer.global_step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        if self.validation_started:  # validation and the checkpoints saved after it are not training time
+            self.paused += time.perf_counter() - self.validation_started
+            self.validation_started = 0.0
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.samples += self.batch_size_fn(batch)
+        self.batches += 1
+        step = trainer.global_step  # counts optimizer steps, so accumulated batches log once
+        if self.meter is None or step == self.logged_step or step % self.every_n_steps:
+            return
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()  # the clock is right only once the GPU has done what was queued
+        flops = getattr(pl_module, "flops_per_batch", 0) * (self.batches - self.batches_at_log)
+        elapsed = time.perf_counter() - self.started - self.paused
+        self.meter.update(time=elapsed, batches=self.batches, samples=self.samples, flops=flops)
+        self.logged_step, self.batches_at_log = step, self.batches
+        pl_module.log_dict({f"train/{k}": float(v) for k, v in self.meter.compute().items()})
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.validation_started = time.perf_counter()
+
+
+class LogStepProgressBar(RichProgressBar):
+    """Rich's progress bar, with train/loss as of the last logging step rather than read back after every step.
+
+    It shows the train/loss that the LightningModule logs without `prog_bar=True`."""
+
+    def __init__(self, every_n_steps: int) -> None:
+        super().__init__()
+        self.every_n_steps = every_n_steps
+        self.loss: float | None = None
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        latest = trainer.logged_metrics.get("train/loss")
+        if trainer.training and latest is not None and trainer.global_step % self.every_n_steps == 0:
+            self.loss = float(latest)
+        return metrics if self.loss is None else {**metrics, "train/loss": self.loss}

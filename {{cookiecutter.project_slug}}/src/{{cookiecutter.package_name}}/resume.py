@@ -1,0 +1,187 @@
+"""Stop at any step and continue bit for bit, on one device or many.
+
+Lightning's checkpoints hold the weights, optimizer, scheduler and loop counters. Three things are added here:
+- where the train loader was in its epoch (`ResumableLoader`: the order depends only on seed and epoch, and the
+  batches already trained on are skipped as indices, without reading their images),
+- the random generators behind the on-device augmentation and any dropout (`ExactResume`, which also restores the
+  loader's position),
+- a checkpoint when the run is told to stop by Ctrl-C or SIGTERM (`StopOnSignal`).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+from collections.abc import Iterator, Sized
+from itertools import islice
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+
+class EpochShuffle(RandomSampler):
+    """A permutation that depends only on (seed, epoch), so a resumed run draws the order an uninterrupted one did.
+
+    Being a RandomSampler tells Lightning that the loader shuffles: with several devices it swaps in a
+    DistributedSampler, which is seeded by (seed, epoch) in the same way.
+    """
+
+    def __init__(self, data_source: Sized, seed: int) -> None:
+        super().__init__(data_source)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls it at every epoch start
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+
+class SkippingBatchSampler(BatchSampler):
+    """After a mid-epoch restore, passes over the batches already trained on, as indices only.
+
+    `skip` stays set until the loader has its first batch: DataLoader may start iterating the sampler more than once
+    before that (the worker iterator does so twice).
+    """
+
+    skip = 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return islice(super().__iter__(), self.skip, None)
+
+
+class ResumableLoader(DataLoader):
+    """A train loader that knows its place in the epoch; `ExactResume` saves and restores it with the checkpoint.
+
+    Build it with `batch_sampler=SkippingBatchSampler(...)` and a seeded `generator`: the generator is what seeds the
+    loader workers, so iterating never draws from the global RNG that the augmentation uses.
+    """
+
+    batches_done = 0
+
+    # A generator, so nothing is read before the first batch is asked for: after Lightning has set the epoch.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        assert isinstance(self.batch_sampler, SkippingBatchSampler)
+        self.batches_done = self.batch_sampler.skip
+        for batch in super().__iter__():
+            self.batch_sampler.skip = 0  # this epoch's indices are drawn: the next epoch starts whole
+            self.batches_done += 1  # counted when handed out, so a checkpoint after step n says n
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"batches_done": self.batches_done}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        done = state_dict["batches_done"]
+        assert isinstance(self.batch_sampler, SkippingBatchSampler)
+        # A checkpoint taken after an epoch's last batch starts the next epoch whole.
+        self.batch_sampler.skip = done if done < len(self.batch_sampler) else 0
+
+
+def rng_state() -> dict[str, Any]:
+    """torch's (CPU and current GPU), NumPy's and Python's generators, as tensors and plain values only."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class ExactResume(Callback):
+    """Puts the random generators and the train loader's position in checkpoints, and restores both at train start.
+
+    Lightning leaves the generators out, so a resumed run would draw other crops, flips and dropout masks. It does
+    save a stateful loader's position, but drops it on resume when `configure_optimizers` reads
+    `trainer.estimated_stepping_batches`, as ours does (Lightning issue #20550); restoring it here works either way.
+    Train start comes after the sanity check has drawn from the generators and before the first batch is read.
+    Under DDP every rank starts from the same seed and draws alike, so rank 0's state stands for all.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        loader = trainer.train_dataloader
+        position = loader.state_dict() if isinstance(loader, ResumableLoader) else None
+        checkpoint["exact_resume"] = {"rng": rng_state(), "train_loader": position}
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._saved = checkpoint.get("exact_resume")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._saved is None:
+            return
+        saved, self._saved = self._saved, None
+        set_rng_state(saved["rng"])
+        loader = trainer.train_dataloader
+        if isinstance(loader, ResumableLoader) and saved["train_loader"] is not None:
+            loader.load_state_dict(saved["train_loader"])
+
+
+class StopOnSignal(Callback):
+    """Ctrl-C or SIGTERM: finish the current step, save `path`, stop; `--resume last` continues from there.
+
+    Lightning already turns SIGTERM into a SIGTERMException raised between steps, on every rank under DDP. Ctrl-C is
+    sent to the same handler, so both stop between steps and never save weights halfway through an update. Every
+    further signal is ignored while the checkpoint is written; Ctrl-\\ still quits at once.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.signum: int | None = None
+        self.saved = False
+        self._previous: dict[int, Any] = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signum, self.saved = None, False
+        lightning_handler = signal.getsignal(signal.SIGTERM)
+        if threading.current_thread() is not threading.main_thread() or not callable(lightning_handler):
+            return  # handlers belong to the main thread, and without Lightning's there is nothing to stop the loop
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.signum = self.signum or signum
+            lightning_handler(signum, frame)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, handler)
+        rank_zero_info(f"Ctrl-C or SIGTERM saves {self.path} after the current step; --resume last continues.")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_handlers()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        try:
+            if isinstance(exception, SIGTERMException) and trainer.global_step > 0:
+                trainer.save_checkpoint(self.path, weights_only=False)
+                self.saved = True
+        finally:
+            self._restore_handlers()
+
+    def _restore_handlers(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}

@@ -1,0 +1,50 @@
+"""What the GPU tests share: the skip marks, and `train.main` run as a user runs it with probe callbacks attached.
+
+Each knob test runs on CUDA where one is visible; where the same mechanism also exists on the CPU (bf16 autocast,
+loss scaling, dynamo, channels_last) the test also runs there, so CI without a GPU still checks its logic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+import train
+from {{ cookiecutter.package_name }} import trainer as trainer_module
+
+GPUS = torch.cuda.device_count()
+NEEDS_GPU = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU; torch sees none on this machine")
+NEEDS_GPUS = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 or more CUDA GPUs; torch sees {GPUS} on this machine")
+GPU = [pytest.mark.gpu, NEEDS_GPU]
+CPU_AND_GPU = pytest.mark.parametrize("accelerator", ["cpu", pytest.param("cuda", marks=GPU)])
+Layer = TypeVar("Layer", bound=nn.Module)
+BUILD_TRAINER = trainer_module.build_trainer  # the product's own, whichever test has patched it since
+
+
+def fit(monkeypatch: pytest.MonkeyPatch, args: list[str], *probes: L.Callback, **trainer_overrides: Any) -> L.Trainer:
+    """`train.main(args)`, its Trainer's callbacks replaced by `probes`: no checkpoints or progress bar to slow it."""
+    built: list[L.Trainer] = []
+
+    def build_with_probes(*args: Any, **kwargs: Any) -> L.Trainer:
+        overrides = {"callbacks": list(probes), "enable_checkpointing": False, "enable_progress_bar": False}
+        built.append(BUILD_TRAINER(*args, **{**kwargs, **overrides, **trainer_overrides}))
+        return built[-1]
+
+    monkeypatch.setattr(trainer_module, "build_trainer", build_with_probes)
+    train.main(args)
+    return built[0]
+
+
+def network(pl_module: L.LightningModule) -> nn.Module:
+    """The torchvision network inside the ImageClassifier: what is compiled, and what the batch is fed to."""
+    net = pl_module.net
+    assert isinstance(net, nn.Module)
+    return net
+
+
+def layers(pl_module: L.LightningModule, kind: type[Layer]) -> list[Layer]:
+    return [m for m in network(pl_module).modules() if isinstance(m, kind)]

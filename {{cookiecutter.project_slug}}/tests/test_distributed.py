@@ -1,0 +1,259 @@
+"""Scaling out on one CPU machine over gloo: DDP ranks, two "nodes" under torchrun, SLURM requeue, and FSDP's set-up."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch.plugins.precision import FSDPPrecision
+from lightning.pytorch.strategies import FSDPStrategy
+from torch.distributed.fsdp import ShardingStrategy
+from torchvision.models.resnet import BasicBlock, Bottleneck
+
+from {{ cookiecutter.package_name }} import hardware
+from {{ cookiecutter.package_name }}.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types, build_network
+from {{ cookiecutter.package_name }}.trainer import build_strategy
+from train import resume_path
+
+ROOT = Path(__file__).resolve().parents[1]
+DUMP_RANKS = str(ROOT / "tests" / "dump_ranks.py")
+TIMEOUT = 240
+
+
+Launch = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def launch() -> Iterator[Launch]:
+    """Starts a command in the project root, src/ and the root importable, one thread per process on shared cores.
+
+    Each command gets its own process group, and whatever of it still runs when the test ends is killed.
+    """
+    started: list[subprocess.Popen[str]] = []
+
+    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        process = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def wait(process: subprocess.Popen[str]) -> str:
+    try:
+        return process.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no exit within {TIMEOUT} s")
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    output = wait(process)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    assert all(rank["world_size"] == world_size for rank in ranks)
+    return ranks
+
+
+def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
+    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
+
+    BatchNorm running statistics are left out: DDP keeps them in step only by broadcasting rank 0's at a forward.
+    Validation metrics are reduced over all ranks, so they must agree exactly too.
+    """
+    first, *others = ranks
+    for other in others:
+        assert first["global_step"] == other["global_step"]
+        assert first["params"].keys() == other["params"].keys()
+        for name, value in first["params"].items():
+            assert torch.equal(value, other["params"][name]), name
+        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+        assert val.keys() == {"val/acc", "val/loss"}
+        assert val == {k: other["metrics"][k] for k in val}
+
+
+def test_fsdp_units_are_the_residual_blocks() -> None:
+    assert block_types(build_network("resnet18", 6, 16)) == {BasicBlock}
+    assert block_types(build_network("resnet50", 6, 16)) == {Bottleneck}
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), ("32-true", torch.float32)])
+def test_fsdp_strategy_shards_each_block_checkpoints_it_and_follows_precision(
+    precision: str, dtype: torch.dtype
+) -> None:
+    cfg = Config(strategy="fsdp", fsdp_sharding="SHARD_GRAD_OP", activation_checkpointing=True, precision=precision)
+    # hardware.resolve refuses FSDP without CUDA, so resolve for CPU and swap in what a GPU would have given
+    cpu = hardware.resolve(Config(accelerator="cpu", precision="32-true", strategy="ddp"))
+    hw = dataclasses.replace(cpu, precision=precision)
+    net = build_network("resnet18", 6, 16)
+    strategy = build_strategy(cfg, hw, block_types(net))
+    assert isinstance(strategy, FSDPStrategy)
+    assert strategy.sharding_strategy is ShardingStrategy.SHARD_GRAD_OP
+    for policy in (strategy.kwargs["auto_wrap_policy"], strategy._activation_checkpointing_kwargs["auto_wrap_policy"]):
+        units = [m for m in net.modules() if policy(module=m, recurse=False, nonwrapped_numel=0)]
+        assert len(units) == 8 and all(isinstance(m, BasicBlock) for m in units)
+    strategy.precision_plugin = FSDPPrecision(hw.precision)  # what Trainer(precision=hw.precision) does
+    mixed = strategy.mixed_precision_config
+    assert mixed is not None and mixed.param_dtype == mixed.reduce_dtype == dtype
+    without = build_strategy(dataclasses.replace(cfg, activation_checkpointing=False), hw, block_types(net))
+    assert isinstance(without, FSDPStrategy) and not without._activation_checkpointing_kwargs
+
+
+def test_weight_decay_skips_norms_and_biases_also_on_fsdp_flat_shards() -> None:
+    model = ImageClassifier(num_classes=3, image_size=16, weight_decay=0.1)
+    model.trainer = type("T", (), {"estimated_stepping_batches": 10})()  # type: ignore[assignment]
+
+    def groups() -> list[list[int]]:
+        return [[id(p) for p in group["params"]] for group in model.configure_optimizers()["optimizer"].param_groups]
+
+    whole = groups()
+    for p in model.parameters():
+        p.data = p.data.flatten()  # what FSDP leaves on each rank before configure_optimizers: 1-D views of a shard
+    assert groups() == whole
+    assert len(whole[0]) == 21  # resnet18: 20 convolution weights and the classifier's weight
+
+
+def test_resume_auto_takes_the_newest_checkpoint_or_starts_afresh(tmp_path: Path) -> None:
+    cfg = Config(output_dir=str(tmp_path), resume="auto")
+    assert resume_path(cfg) is None
+    last, preempted = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
+    last.parent.mkdir()
+    last.touch()
+    assert resume_path(cfg) == str(last)
+    preempted.touch()
+    os.utime(last, (1, 1))
+    assert resume_path(cfg) == str(preempted)
+    os.utime(preempted, (0, 0))
+    assert resume_path(cfg) == str(last)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"activation_checkpointing": True}, "--activation-checkpointing: only applies with --strategy fsdp"),
+        ({"fsdp_sharding": "NO_SHARD"}, "--fsdp-sharding: only applies with --strategy fsdp"),
+        ({"resume": "lats"}, "--resume: give 'auto', 'last' or the path of a .ckpt file"),
+    ],
+)
+def test_scale_out_options_are_checked_early(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(strategy="ddp", **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP needs two CUDA GPUs; Lightning refuses it on CPU")
+def test_fsdp_on_two_gpus_trains_and_saves_a_plain_checkpoint(
+    launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    args = [*tiny_args, "--accelerator=cuda", f"--precision={precision}", "--devices=2", "--no-compile"]
+    flags = ["--strategy=fsdp", "--activation-checkpointing"]
+    finish(launch([sys.executable, DUMP_RANKS, str(tmp_path / "dump"), *args, *flags, "--max-epochs=2"]))
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 4
+    # a full (gathered) state dict with the plain module's names, so it loads without FSDP
+    assert checkpoint["state_dict"].keys() == ImageClassifier(num_classes=6, image_size=16).state_dict().keys()
+    ranks = load_ranks(tmp_path / "dump", 2)
+    assert ranks[0]["metrics"]["val/acc"] == ranks[1]["metrics"]["val/acc"]
+
+
+def test_two_ddp_ranks_agree_and_resume_together_from_last(
+    launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    ddp = [sys.executable, DUMP_RANKS, str(tmp_path / "dump"), *tiny_args, "--devices=2", "--strategy=ddp"]
+    finish(launch(ddp))
+    first = load_ranks(tmp_path / "dump", 2)
+    assert first[0]["global_step"] == 2  # 32 samples / (batch 8 x 2 ranks)
+    assert_ranks_agree(first)
+
+    output = finish(launch([*ddp, "--max-epochs=2", "--resume=last"]))
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in output
+    resumed = load_ranks(tmp_path / "dump", 2)
+    assert resumed[0]["global_step"] == 4
+    assert_ranks_agree(resumed)
+    assert not torch.equal(first[0]["params"]["net.fc.weight"], resumed[0]["params"]["net.fc.weight"])
+
+
+def test_two_nodes_under_torchrun_train_as_one_job(launch: Launch, tiny_args: list[str], tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
+    torchrun += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test", "--max-restarts=0"]
+    cmd = [*torchrun, DUMP_RANKS, str(tmp_path / "dump"), *tiny_args, "--devices=1", "--num-nodes=2"]
+    nodes = [launch(cmd) for _ in range(2)]
+    outputs = [finish(node) for node in nodes]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
+    assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
+    hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())
+    assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes
+
+
+def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
+    launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    # srun: run the command in place, telling the test its pid. scontrol: note the request, then end the job the way
+    # SLURM does after a requeue (SIGKILL once the grace time is over).
+    (stubs / "srun").write_text(f'#!/bin/sh\necho $$ > {tmp_path}/train.pid\nexec "$@"\n')
+    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\nkill -KILL $PPID\n')
+    for stub in ("python", "srun", "scontrol"):
+        (stubs / stub).chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}
+    slurm |= {"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+    job = ["bash", "scripts/slurm.sbatch", *tiny_args, "--max-steps=20", "--max-epochs=100"]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    first = launch(job, env)
+    deadline = time.monotonic() + TIMEOUT
+    while not last.exists():  # after the first epoch the training loop, and Lightning's handlers, are running
+        assert first.poll() is None, first.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint from the first epoch"
+        time.sleep(0.05)
+    os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
+    output = wait(first)
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
+    saved = torch.load(tmp_path / "run" / "hpc_ckpt_1.ckpt", map_location="cpu", weights_only=False)
+    assert 4 <= saved["global_step"] < 20
+
+    output = finish(launch(job, env))
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 20

@@ -1,0 +1,201 @@
+"""Every way a run can fail says so in one line, naming the cause and what to try, and loses nothing it had."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import run_train
+from PIL import Image
+
+from {{ cookiecutter.package_name }}.data import ImageDataModule
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+from train import main
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def write_images(root: Path, layout: dict[str, int]) -> Path:
+    """`layout` maps 'split/class' to a number of small PNGs written there."""
+    rng = np.random.default_rng(0)
+    for folder, count in layout.items():
+        (root / folder).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(root / folder / f"{i}.png")
+    return root
+
+
+def corrupt_checkpoint(tmp_path: Path) -> Path:
+    (tmp_path / "cut.ckpt").write_bytes(b"PK\x03\x04 cut off mid-write")
+    return tmp_path / "cut.ckpt"
+
+
+# Each case: extra flags (given tmp_path) and what the one error line must say. All fail before the run starts.
+BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "more devices than the machine": (
+        lambda _: ["--devices", str((os.cpu_count() or 1) + 1)],
+        f"--devices: {(os.cpu_count() or 1) + 1} asked for, but this machine has",
+    ),
+    "16-mixed on cpu": (lambda _: ["--precision", "16-mixed"], "--precision: 16-mixed needs a CUDA GPU"),
+    "fsdp on cpu": (lambda _: ["--strategy", "fsdp"], "--strategy: fsdp needs CUDA GPUs, not cpu; use auto or ddp"),
+    "auto batch size on two nodes": (
+        lambda _: ["--auto-batch-size", "--num-nodes", "2"],
+        "--auto-batch-size: searches on one device, not 2",
+    ),
+    "missing data dir": (
+        lambda tmp: ["--data", "folder", "--data-dir", str(tmp / "nowhere")],
+        "--data-dir: folder data needs",
+    ),
+    "one class": (
+        lambda tmp: ["--data", "folder", "--data-dir", str(write_images(tmp / "d", {"train/a": 1, "val/a": 1}))],
+        "needs at least 2 class folders, found ['a']",
+    ),
+    "class without images": (
+        lambda tmp: [
+            "--data",
+            "folder",
+            "--data-dir",
+            str(write_images(tmp / "d", {"train/a": 1, "train/b": 0, "val/a": 1, "val/b": 1})),
+        ],
+        "--data-dir: no images in",
+    ),
+    "val classes differ": (
+        lambda tmp: [
+            "--data",
+            "folder",
+            "--data-dir",
+            str(write_images(tmp / "d", {"train/a": 1, "train/b": 1, "val/a": 1, "val/c": 1})),
+        ],
+        "val/ has class folders ['a', 'c'], but train/ has ['a', 'b']",
+    ),
+    "image too small for the model": (
+        lambda _: ["--model", "alexnet"],
+        "--image-size: 16 px is too small for alexnet; try --image-size 64",
+    ),
+    "resume from nowhere": (lambda tmp: ["--resume", str(tmp / "gone.ckpt")], "--resume: no checkpoint at"),
+    "resume from a damaged file": (
+        lambda tmp: ["--resume", str(corrupt_checkpoint(tmp))],
+        "is not a readable checkpoint",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT.keys())
+def test_bad_input_is_one_line_exit_2_and_leaves_no_output_dir(
+    case: str, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags, expected = BAD_INPUT[case]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*tiny_args, *flags(tmp_path)])
+    assert exit_info.value.code == 2
+    assert expected in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_hardware_errors_found_after_importing_torch_are_still_one_line_in_a_real_process(
+    tiny_args: list[str], tmp_path: Path
+) -> None:
+    result = run_train(*tiny_args, "--precision=16-mixed")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --precision: 16-mixed needs a CUDA GPU, not cpu; use bf16-mixed or 32-true"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_cifar10_that_cannot_be_downloaded_names_the_data_dir(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def offline(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr("torchvision.datasets.CIFAR10", offline)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*tiny_args, "--data=cifar10", f"--data-dir={tmp_path / 'cifar'}"])
+    assert exit_info.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: --data-dir: CIFAR-10 is not in {tmp_path / 'cifar'} and the download failed")
+    assert "no network" in line
+
+
+def test_an_unreadable_image_is_skipped_with_a_warning_naming_it(tmp_path: Path) -> None:
+    root = write_images(tmp_path, {"train/a": 2, "train/b": 2, "val/a": 1, "val/b": 1})
+    (root / "train" / "a" / "broken.png").write_bytes(b"not a png")
+    dm = ImageDataModule(data="folder", data_dir=str(root), image_size=8)
+    dm.setup("fit")
+    train = dm.datasets["train"]
+    broken = [path for path, _ in train.samples].index(str(root / "train" / "a" / "broken.png"))  # type: ignore[attr-defined]
+    with pytest.warns(UserWarning, match=r"skipping unreadable image .*broken\.png: Unsupported image file"):
+        image, label = train[broken]
+    neighbour, neighbour_label = train[broken + 1]
+    assert torch.equal(image, neighbour) and label == neighbour_label
+
+
+def poison_loss_from_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    shared_step = ImageClassifier._shared_step
+
+    def poisoned(self: ImageClassifier, batch: Any, stage: str) -> torch.Tensor:
+        loss = shared_step(self, batch, stage)
+        return loss * float("nan") if stage == "train" and self.global_step >= step else loss
+
+    monkeypatch.setattr(ImageClassifier, "_shared_step", poisoned)
+
+
+def test_nan_loss_stops_naming_the_step_and_remedies_and_keeps_the_last_good_checkpoint(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    poison_loss_from_step(monkeypatch, 5)  # the sixth of eight steps, in the second epoch
+    with pytest.raises(SystemExit) as exit_info:
+        main([*tiny_args, "--max-epochs=2"])
+    assert exit_info.value.code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: the training loss became nan or inf at step 6;")
+    assert "last good checkpoint" in line and "--lr (now 0.002)" in line and "--precision bf16-mixed" in line
+    for checkpoint in (tmp_path / "run" / "checkpoints").glob("*.ckpt"):
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        assert saved["global_step"] == 4, checkpoint.name  # the end of the first epoch, before the nan
+        assert all(torch.isfinite(w).all() for w in saved["state_dict"].values() if w.is_floating_point())
+
+
+def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(
+    tiny_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def out_of_memory(self: ImageClassifier, batch: Any, batch_idx: int) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(ImageClassifier, "training_step", out_of_memory)
+    with pytest.raises(SystemExit) as exit_info:
+        main(tiny_args)
+    assert exit_info.value.code == 1
+    line = one_error_line(capsys)
+    assert line.startswith("error: --batch-size: out of memory with 8 images of 16 px per device (resnet18)")
+    assert "--batch-size 4 --accumulate-grad-batches 2 keeps the global batch" in line
+
+
+def test_auto_batch_size_finds_the_largest_that_fits_and_records_it(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    training_step = ImageClassifier.training_step
+
+    def memory_for_8(self: ImageClassifier, batch: Any, batch_idx: int) -> Any:
+        if batch[0].shape[0] > 8:  # what the finder sees on a GPU: the error CUDA raises
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return training_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(ImageClassifier, "training_step", memory_for_8)
+    main([*tiny_args, "--auto-batch-size", "--batch-size=4"])
+    assert "auto batch size: 8 per device fits (started from 4)" in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["batch_size"] == 8

@@ -1,0 +1,74 @@
+"""Between logging steps, training never reads a tensor's value on the CPU: on a GPU each read waits for the GPU."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+import train
+from {{ cookiecutter.package_name }} import trainer as trainer_module
+
+
+class CountReads(L.Callback):
+    """How many tensor reads each training step made, from one step's start to the next one's."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.reads = 0
+        self.per_step: list[int] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        if self.active:
+            self.per_step.append(self.reads)
+        self.active, self.reads = True, 0
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.active = False
+
+
+class FusedAdamW(torch.optim.AdamW):
+    """The single-kernel AdamW that CUDA runs: the CPU's default AdamW reads its step counters every step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "fused": True})
+
+
+def test_tensors_are_read_only_on_logging_steps_and_throughput_is_logged_there(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = CountReads()
+    build_callbacks = trainer_module.build_callbacks
+    monkeypatch.setattr(trainer_module, "build_callbacks", lambda cfg: [counter, *build_callbacks(cfg)])
+    monkeypatch.setattr(torch.optim, "AdamW", FusedAdamW)
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, _counted(getattr(torch.Tensor, name), counter))
+    # and what waits for a GPU without a read in Python: counting by value, copying from Python numbers
+    monkeypatch.setattr(torch, "bincount", _counted(torch.bincount, counter))
+    monkeypatch.setattr(torch, "unique", _counted(torch.unique, counter))
+    monkeypatch.setattr(torch, "tensor", _counted(torch.tensor, counter, lambda kwargs: "device" in kwargs))
+
+    train.main([*tiny_args, "--train-samples=96", "--log-every-n-steps=4"])  # 12 steps
+
+    assert [step for step, reads in enumerate(counter.per_step, start=1) if reads] == [4, 8]
+    with open(tmp_path / "run" / "logs" / "version_0" / "metrics.csv") as fh:
+        logged = [row for row in csv.DictReader(fh) if row.get("train/device/samples_per_sec")]
+    # The first logging step starts the clock; each later one logs the speed since the one before.
+    assert [int(row["step"]) + 1 for row in logged] == [8, 12]
+    assert all(float(row["train/device/samples_per_sec"]) > 0 for row in logged)
+    assert [float(row["train/samples"]) for row in logged] == [64, 96]
+
+
+def _counted(
+    function: Callable[..., Any], counter: CountReads, when: Callable[[dict[str, Any]], bool] = lambda kwargs: True
+) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter.reads += when(kwargs)
+        return function(*args, **kwargs)
+
+    return counted
