@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from conftest import BIN, CHOICES, TEMPLATE, bake, run
 
 Row = dict[str, str]

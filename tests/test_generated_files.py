@@ -82,7 +82,7 @@ def test_uv_sync_would_install_the_project_and_its_dev_group(tmp_path: Path) -> 
     """Resolves against the package index (network) for this Python, without downloading or installing wheels."""
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     repo = bake(tmp_path, python_version=here, logger="wandb")
-    uv = [BIN / "uv", "--cache-dir", tmp_path / "uv-cache", "--no-python-downloads"]
+    uv: list[str | Path] = [BIN / "uv", "--cache-dir", tmp_path / "uv-cache", "--no-python-downloads"]
     result = run(*uv, "lock", "--python", sys.executable, cwd=repo, timeout=300)
     assert result.returncode == 0, result.stderr
     result = run(*uv, "sync", "--dry-run", "--python", sys.executable, cwd=repo, timeout=300)

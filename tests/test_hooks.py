@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from conftest import CHOICES, TEMPLATE, bake
 from cookiecutter.exceptions import FailedHookException
 from cookiecutter.main import cookiecutter

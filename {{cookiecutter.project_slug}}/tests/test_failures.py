@@ -15,9 +15,9 @@ import yaml
 from conftest import run_train
 from PIL import Image
 
+import train
 from {{ cookiecutter.package_name }}.data import ImageDataModule
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from train import main
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -99,7 +99,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_output_dir(
 ) -> None:
     flags, expected = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
-        main([*tiny_args, *flags(tmp_path)])
+        train.main([*tiny_args, *flags(tmp_path)])
     assert exit_info.value.code == 2
     assert expected in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
@@ -124,7 +124,7 @@ def test_cifar10_that_cannot_be_downloaded_names_the_data_dir(
 
     monkeypatch.setattr("torchvision.datasets.CIFAR10", offline)
     with pytest.raises(SystemExit) as exit_info:
-        main([*tiny_args, "--data=cifar10", f"--data-dir={tmp_path / 'cifar'}"])
+        train.main([*tiny_args, "--data=cifar10", f"--data-dir={tmp_path / 'cifar'}"])
     assert exit_info.value.code == 2
     line = one_error_line(capsys)
     assert line.startswith(f"error: --data-dir: CIFAR-10 is not in {tmp_path / 'cifar'} and the download failed")
@@ -137,7 +137,7 @@ def test_an_unreadable_image_is_skipped_with_a_warning_naming_it(tmp_path: Path)
     dm = ImageDataModule(data="folder", data_dir=str(root), image_size=8)
     dm.setup("fit")
     train = dm.datasets["train"]
-    broken = [path for path, _ in train.samples].index(str(root / "train" / "a" / "broken.png"))  # type: ignore[attr-defined]
+    broken = [path for path, _ in train.samples].index(str(root / "train" / "a" / "broken.png"))  # type: ignore[union-attr]
     with pytest.warns(UserWarning, match=r"skipping unreadable image .*broken\.png: Unsupported image file"):
         image, label = train[broken]
     neighbour, neighbour_label = train[broken + 1]
@@ -159,7 +159,7 @@ def test_nan_loss_stops_naming_the_step_and_remedies_and_keeps_the_last_good_che
 ) -> None:
     poison_loss_from_step(monkeypatch, 5)  # the sixth of eight steps, in the second epoch
     with pytest.raises(SystemExit) as exit_info:
-        main([*tiny_args, "--max-epochs=2"])
+        train.main([*tiny_args, "--max-epochs=2"])
     assert exit_info.value.code == 1
     line = one_error_line(capsys)
     assert line.startswith("error: the training loss became nan or inf at step 6;")
@@ -178,7 +178,7 @@ def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(
 
     monkeypatch.setattr(ImageClassifier, "training_step", out_of_memory)
     with pytest.raises(SystemExit) as exit_info:
-        main(tiny_args)
+        train.main(tiny_args)
     assert exit_info.value.code == 1
     line = one_error_line(capsys)
     assert line.startswith("error: --batch-size: out of memory with 8 images of 16 px per device (resnet18)")
@@ -196,6 +196,6 @@ def test_auto_batch_size_finds_the_largest_that_fits_and_records_it(
         return training_step(self, batch, batch_idx)
 
     monkeypatch.setattr(ImageClassifier, "training_step", memory_for_8)
-    main([*tiny_args, "--auto-batch-size", "--batch-size=4"])
+    train.main([*tiny_args, "--auto-batch-size", "--batch-size=4"])
     assert "auto batch size: 8 per device fits (started from 4)" in capsys.readouterr().out
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["batch_size"] == 8

@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import ROOT
 
+import train
 from {{ cookiecutter.package_name }}.model import ImageClassifier
-from train import main
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of
     tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = [*tiny_args, "--max-epochs=2"]  # 32 samples in batches of 8: 4 steps per epoch, 8 in all
-    expected_metrics = main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
+    expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
     expected = last_checkpoint(tmp_path / "uninterrupted")
 
     # Ctrl-C saves mid-epoch, after step 6; a crash there leaves the checkpoint of the first epoch's end.
@@ -46,12 +46,12 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of
         out = tmp_path / interruption
         interrupt_at(monkeypatch, 6, interruption)
         with pytest.raises((SystemExit, RuntimeError)) as stopped:
-            main([*args, f"--output-dir={out}"])
+            train.main([*args, f"--output-dir={out}"])
         if interruption == "ctrl-c":
             assert isinstance(stopped.value, SystemExit) and stopped.value.code == 128 + signal.SIGINT
         assert last_checkpoint(out)["global_step"] == resumes_from_step
         monkeypatch.undo()
-        metrics = main([*args, f"--output-dir={out}", "--resume=last"])
+        metrics = train.main([*args, f"--output-dir={out}", "--resume=last"])
 
         got = last_checkpoint(out)
         assert got["global_step"] == expected["global_step"] == 8
@@ -85,7 +85,7 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_resume_last_continues(
 
     saved = last_checkpoint(tmp_path / "run")
     assert saved["global_step"] >= 1
-    main([*tiny_args, f"--max-epochs={saved['epoch'] + 2}", "--resume=last"])
+    train.main([*tiny_args, f"--max-epochs={saved['epoch'] + 2}", "--resume=last"])
     assert last_checkpoint(tmp_path / "run")["global_step"] == 4 * (saved["epoch"] + 2)
 
 
@@ -105,7 +105,7 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused_without_running_it(
     marker = tmp_path / "code-ran"
     torch.save({"state_dict": {}, "payload": RunsCode(marker)}, tmp_path / "evil.ckpt")
     with pytest.raises(SystemExit) as refused:
-        main([*tiny_args, f"--resume={tmp_path / 'evil.ckpt'}"])
+        train.main([*tiny_args, f"--resume={tmp_path / 'evil.ckpt'}"])
     assert refused.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --resume: ") and "\n" not in err

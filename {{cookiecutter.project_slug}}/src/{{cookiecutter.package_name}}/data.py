@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as TF
 
@@ -155,7 +155,7 @@ class ImageDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.root = Path(data_dir)
-        self.datasets: dict[str, Dataset[Any]] = {}
+        self.datasets: dict[str, TensorDataset | ImageFolderUint8] = {}
         if data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
                 raise ConfigError(
@@ -203,7 +203,7 @@ class ImageDataModule(L.LightningDataModule):
                 folder = self.root / (split if (self.root / split).is_dir() else "val")
                 self.datasets[split] = ImageFolderUint8(folder, hp["image_size"])
 
-    def _loader(self, split: str) -> DataLoader[Batch]:
+    def _loader(self, split: str) -> DataLoader[Any]:
         hp, dataset = self.hparams, self.datasets[split]
         options: dict[str, Any] = dict(
             num_workers=hp["num_workers"],
@@ -218,13 +218,13 @@ class ImageDataModule(L.LightningDataModule):
         batches = SkippingBatchSampler(EpochShuffle(dataset, hp["seed"]), hp["batch_size"], drop_last=True)
         return ResumableLoader(dataset, batch_sampler=batches, **options)
 
-    def train_dataloader(self) -> DataLoader[Batch]:
+    def train_dataloader(self) -> DataLoader[Any]:
         return self._loader("train")
 
-    def val_dataloader(self) -> DataLoader[Batch]:
+    def val_dataloader(self) -> DataLoader[Any]:
         return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader[Batch]:
+    def test_dataloader(self) -> DataLoader[Any]:
         return self._loader("test")
 
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:

@@ -25,7 +25,7 @@ def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None 
         # Lightning derives FSDP's mixed-precision policy from --precision; `wrap` are the blocks sharded one by one.
         return FSDPStrategy(
             auto_wrap_policy=wrap,
-            sharding_strategy=cfg.fsdp_sharding,
+            sharding_strategy=cfg.fsdp_sharding,  # type: ignore[arg-type]  # one of FSDP_SHARDING (config.py)
             activation_checkpointing_policy=wrap if cfg.activation_checkpointing else None,
         )
     if cfg.strategy == "ddp" or hw.world_size > 1:

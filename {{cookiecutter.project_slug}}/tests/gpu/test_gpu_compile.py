@@ -79,7 +79,7 @@ def test_compiled_network_never_recompiles_after_the_first_epoch_and_matches_eag
     hp = trainer.lightning_module.hparams
     eager = build_network(hp["model"], hp["num_classes"], hp["image_size"])
     eager.load_state_dict(net.state_dict())
-    eager.to(accelerator, memory_format=torch.channels_last).eval()
+    eager.to(accelerator).to(memory_format=torch.channels_last).eval()
     x = torch.randn(8, 3, 16, 16, device=accelerator).contiguous(memory_format=torch.channels_last)
     with torch.no_grad(), torch.autocast(accelerator, dtype=torch.bfloat16, cache_enabled=False):  # as validation runs
         compiled_out, eager_out = net(x).float(), eager(x).float()
