@@ -46,5 +46,5 @@ def network(pl_module: L.LightningModule) -> nn.Module:
     return net
 
 
-def layers(pl_module: L.LightningModule, kind: type[Layer]) -> list[Layer]:  # noqa: UP047 (3.10 bakes)
+def layers(pl_module: L.LightningModule, kind: type[Layer]) -> list[Layer]:
     return [m for m in network(pl_module).modules() if isinstance(m, kind)]
