@@ -49,17 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             train_samples=cfg.train_samples,
             seed=cfg.seed,
         )
-        model = ImageClassifier(
-            model=cfg.model,
-            num_classes=datamodule.num_classes,
-            image_size=cfg.image_size,
-            lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            warmup_fraction=cfg.warmup_fraction,
-            channels_last=hw.channels_last,
-            compile=hw.compile,
-            compile_mode=cfg.compile_mode,
-        )
+        model = ImageClassifier.from_config(cfg, hw, datamodule.num_classes)
     except ConfigError as err:
         fail(str(err))
 

@@ -172,17 +172,7 @@ def run_lightning(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
     cfg, hw = _prepare(spec, setting, output_dir)
     data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
     data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
-    model = ImageClassifier(
-        model=spec.model,
-        num_classes=spec.num_classes,
-        image_size=spec.image_size,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        warmup_fraction=cfg.warmup_fraction,
-        channels_last=hw.channels_last,
-        compile=hw.compile,
-        compile_mode=cfg.compile_mode,
-    )
+    model = ImageClassifier.from_config(cfg, hw, spec.num_classes)
     clock = Clock(spec)
     callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
     trainer = build_trainer(

@@ -15,7 +15,8 @@ from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from .config import ConfigError
+from .config import Config, ConfigError
+from .hardware import Hardware
 
 Batch = tuple[Tensor, Tensor]
 
@@ -96,6 +97,21 @@ class ImageClassifier(L.LightningModule):
         self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes) for _ in range(2))
         self.flops_per_batch = 0  # set in configure_model; ThroughputMonitor divides it by step time for MFU
         self.loss_scale: float | None = None  # 16-mixed: GradScaler's scale after the last optimizer step
+
+    @classmethod
+    def from_config(cls, cfg: Config, hw: Hardware, num_classes: int) -> ImageClassifier:
+        """A run's options as this module's arguments, with the layout and compile choices resolved for the machine."""
+        return cls(
+            model=cfg.model,
+            num_classes=num_classes,
+            image_size=cfg.image_size,
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            warmup_fraction=cfg.warmup_fraction,
+            channels_last=hw.channels_last,
+            compile=hw.compile,
+            compile_mode=cfg.compile_mode,
+        )
 
     def configure_model(self) -> None:
         # Compile the network, not the LightningModule, so self.log, hooks and the DDP wrapper stay in eager Python.
