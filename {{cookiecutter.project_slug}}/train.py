@@ -80,10 +80,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]
     if trainer.is_global_zero:
         nan = float("nan")
-        throughput = metrics.get("train/device/samples_per_sec", nan) * hw.world_size
+        per_device = metrics.get("train/device/samples_per_sec")  # absent when too few steps were logged
+        throughput = f"{per_device * hw.world_size:.0f} img/s" if per_device else "n/a"
         print(
-            f"best val/acc={metrics.get('val/acc', nan):.4f}  test/acc={metrics.get('test/acc', nan):.4f}  "
-            f"train throughput={throughput:.0f} img/s  checkpoints: {Path(cfg.output_dir, 'checkpoints').resolve()}"
+            f"{'best' if best else 'last'} val/acc={metrics.get('val/acc', nan):.4f}  "
+            f"test/acc={metrics.get('test/acc', nan):.4f}  train throughput={throughput}  "
+            f"checkpoints: {Path(cfg.output_dir, 'checkpoints').resolve()}"
         )
     return metrics
 
