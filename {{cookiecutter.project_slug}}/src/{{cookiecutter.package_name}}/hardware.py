@@ -77,7 +77,7 @@ def _precision(cfg: Config, accelerator: str) -> str:
     if cfg.precision != "auto":
         return cfg.precision
     if accelerator != "cuda":
-        return "32-true"  # CPU bf16 autocast is slower than fp32 on most CPUs without AMX
+        return "32-true"  # CPU bf16 speed depends on the chip (AMX, AVX512-BF16): opt in with --precision bf16-mixed
     # bf16 has fp32's range, so no loss scaling; Ampere (sm80) and newer run it at full tensor-core speed.
     return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
 
@@ -85,15 +85,16 @@ def _precision(cfg: Config, accelerator: str) -> str:
 def resolve(cfg: Config) -> Hardware:
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
+    world_size = local * cfg.num_nodes
     if cfg.strategy == "fsdp" and accelerator != "cuda":
         raise ConfigError("strategy", f"fsdp needs CUDA GPUs, not {accelerator}; use auto or ddp")
-    if cfg.auto_batch_size and local * cfg.num_nodes > 1:
-        raise ConfigError("auto_batch_size", f"searches on one device, not {local * cfg.num_nodes}; use --devices 1")
+    if cfg.auto_batch_size and world_size > 1:
+        raise ConfigError("auto_batch_size", f"searches on one device, not {world_size}; use --devices 1")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return Hardware(
         accelerator=accelerator,
         devices=devices,
-        world_size=local * cfg.num_nodes,
+        world_size=world_size,
         precision=_precision(cfg, accelerator),
         # Compiling costs ~1 min on GPU and pays back within an epoch; on CPU it rarely pays back, so opt-in there.
         compile=cfg.compile if cfg.compile is not None else accelerator == "cuda",
