@@ -43,10 +43,16 @@ def bake(output_dir: Path, **answers: str) -> Path:
     return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(output_dir)))
 
 
-def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """A tool in a bake, one thread, without the PYTEST_* variables of this (possibly xdist) run leaking into it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env |= {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+def run(
+    *cmd: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A tool in a bake, one thread, without the PYTEST_* variables of this (possibly xdist) run leaking into it;
+    `env` adds to (or overrides) the inherited environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(env or {}),
+    }
     return subprocess.run(
         [str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,27 @@ def test_ci_runs_lint_types_and_tests_on_cpu_with_a_pip_cache(project: Path) -> 
     setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python"))
     assert setup["with"]["python-version"] == "3.12" and setup["with"]["cache"] == "pip"
     commands = " | ".join(s.get("run", "") for s in steps)
-    for command in ("whl/cpu", 'pip install -e ".[dev]"', "ruff check", "ruff format --check", "mypy", "pytest"):
+    for command in ("whl/cpu", 'pip install -e ".[dev,export]"', "ruff check", "ruff format --check", "mypy"):
         assert command in commands
+    assert "pip-audit --skip-editable" in commands, "a dependency audit of what was installed"
+    assert "python -m pytest |" in commands + " |" and "python -m pytest -m slow" in commands
     assert job["runs-on"] == "ubuntu-latest"
+
+
+def test_every_dependency_bound_has_its_reason_and_lightning_is_past_its_checkpoint_hole(project: Path) -> None:
+    lines = (project / "pyproject.toml").read_text().splitlines()
+    meta = tomllib.loads("\n".join(lines))["project"]
+    requirements = [*meta["dependencies"], *meta["optional-dependencies"]["export"]]
+    for requirement in requirements:
+        (index,) = [i for i, line in enumerate(lines) if line.strip() == f'"{requirement}",']
+        reason = lines[index - 1].strip()
+        bound = re.search(r">=([\w.]+)", requirement)
+        assert bound, f"{requirement}: every dependency has a lower bound"
+        assert reason.startswith("#") or lines[index - 2].strip().startswith("#"), f"{requirement}: no reason given"
+        assert bound.group(1) in " ".join(lines[index - 2 : index]), f"{requirement}: the reason names its version"
+    assert "lightning>=2.6.6" in requirements  # CVE-2026-58659: older releases run code named in a checkpoint
+    torchcodec = next(r for r in requirements if r.startswith("torchcodec"))
+    assert ";" in torchcodec, "TorchCodec only where it has wheels; elsewhere the CPU decoder takes over"
 
 
 def test_gpu_workflow_runs_on_a_self_hosted_gpu_runner_and_never_for_pull_requests(project: Path) -> None:

@@ -1,7 +1,8 @@
 """torch.compile really in effect: the network is compiled, then neither training, validation nor testing recompile it.
 
 Validation switches BatchNorm to eval mode and ends on a smaller batch (only training drops its last one); each may
-cost a compile during the first epoch, none after it.
+cost a compile during the first epoch, none after it. On CUDA the graphs go to inductor, as in training, through a
+recorder that notes whether each graph is static, so the GPU form checks everything its CPU twin checks.
 """
 
 from __future__ import annotations
@@ -51,19 +52,22 @@ def test_compiled_network_never_recompiles_after_the_first_epoch_and_matches_eag
     accelerator: str, tiny_args: list[str], monkeypatch: pytest.MonkeyPatch, fresh_dynamo: None
 ) -> None:
     static: list[bool] = []
-    if accelerator == "cpu":
-        # Inductor would take minutes on a small CPU; recompiling is dynamo's decision, whichever backend follows it.
-        def record_static(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-            sizes = [s for t in inputs for s in (t.shape if isinstance(t, Tensor) else [t])]
-            static.append(not any(isinstance(s, torch.SymInt) for s in sizes))
+
+    def record_static(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        sizes = [s for t in inputs for s in (t.shape if isinstance(t, Tensor) else [t])]
+        static.append(not any(isinstance(s, torch.SymInt) for s in sizes))
+        if accelerator == "cpu":  # inductor would take minutes on a small CPU; recompiling is dynamo's decision
             return graph.forward
+        from torch._inductor.compile_fx import compile_fx
 
-        compile_network = nn.Module.compile
+        return compile_fx(graph, inputs)
 
-        def compile_recording(net: nn.Module, mode: str, **kwargs: Any) -> None:  # mode: an inductor preset
-            compile_network(net, backend=record_static, **kwargs)
+    compile_network = nn.Module.compile
 
-        monkeypatch.setattr(nn.Module, "compile", compile_recording)
+    def compile_recording(net: nn.Module, mode: str, **kwargs: Any) -> None:  # mode: an inductor preset
+        compile_network(net, backend=record_static, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "compile", compile_recording)
     recorder = CompileRecorder()
     # 60 samples: 7 training batches of 8; 12 for validation, so it ends on a batch of 4.
     args = [f"--accelerator={accelerator}", "--precision=bf16-mixed", "--compile", "--train-samples=60"]
@@ -73,14 +77,16 @@ def test_compiled_network_never_recompiles_after_the_first_epoch_and_matches_eag
     assert recorder.first_epoch_frames > 0, "the first epoch compiles the network"
     assert recorder.later_frames == 0, "steady-state training or validation recompiled the network"
     assert recorder.test_frames == 0, "testing (same batch sizes as validation) recompiled the network"
-    if static:
-        assert all(static), "a batch-size change made the graphs dynamic; the product compiles with dynamic=False"
-    net = network(trainer.lightning_module).eval()
+    assert static and all(static), "a batch-size change made the graphs dynamic; the product compiles with dynamic=False"
+    # Lightning's teardown hands the module back on the CPU after fit: both networks go to the device under test
+    # explicitly, so the comparison runs where training ran.
+    net = network(trainer.lightning_module).to(accelerator).eval()
     hp = trainer.lightning_module.hparams
     eager = build_network(hp["model"], hp["num_classes"], hp["image_size"])
     eager.load_state_dict(net.state_dict())
     eager.to(accelerator).to(memory_format=torch.channels_last).eval()
     x = torch.randn(8, 3, 16, 16, device=accelerator).contiguous(memory_format=torch.channels_last)
+    assert {p.device.type for p in [*net.parameters(), *eager.parameters()]} == {torch.device(accelerator).type}
     with torch.no_grad(), torch.autocast(accelerator, dtype=torch.bfloat16, cache_enabled=False):  # as validation runs
         compiled_out, eager_out = net(x).float(), eager(x).float()
     assert torch.linalg.norm(compiled_out - eager_out) <= 0.05 * torch.linalg.norm(eager_out)

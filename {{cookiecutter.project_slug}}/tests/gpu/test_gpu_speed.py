@@ -1,7 +1,7 @@
-"""A smoke check, not a benchmark: with the GPU knobs on, a ResNet must train clearly faster and in less memory.
+"""A smoke check, not a benchmark: with the GPU knobs on, a ResNet trains in less memory; the speed-up is printed.
 
-The suite's one timing assertion. It runs only on a GPU, with a wide margin; that each knob is in effect is what the
-other tests check, this one that together they pay off.
+Speed is never asserted (a shared or throttled GPU would make the test flaky); bench.py measures it side by side.
+That each knob is in effect is what the other tests check.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def train_resnet50(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> StepTime
 
 @pytest.mark.gpu
 @NEEDS_GPU
-def test_default_gpu_settings_train_a_resnet_1_5x_faster_than_fp32_eager_nchw_in_less_memory(
+def test_default_gpu_settings_train_a_resnet_in_less_memory_than_fp32_eager_nchw(
     tiny_args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     resnet = [*tiny_args, "--accelerator=cuda", "--model=resnet50", "--image-size=224", "--batch-size=64"]
@@ -59,6 +59,5 @@ def test_default_gpu_settings_train_a_resnet_1_5x_faster_than_fp32_eager_nchw_in
     speedup = fp32.step_seconds / fast.step_seconds
     report = f"fp32 {fp32.step_seconds * 1e3:.1f} ms/step, {fp32.peak_bytes / 2**30:.2f} GiB; "
     report += f"defaults {fast.step_seconds * 1e3:.1f} ms/step, {fast.peak_bytes / 2**30:.2f} GiB; {speedup:.2f}x"
-    print(report)
-    assert speedup >= 1.5, report
+    print(report)  # -s shows it; scripts/gpu_evidence.sh runs with -v -s
     assert fast.peak_bytes < fp32.peak_bytes, report
