@@ -15,6 +15,7 @@ import yaml
 from .config import Config, ConfigError
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+T = typing.TypeVar("T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,15 +50,18 @@ def _converter(annotation: Any) -> Callable[[str], Any]:
     return convert
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="train.py",
-        description="Train the image classifier. Flags override --config; every default is shown with its reason.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+TRAIN = "Train the image classifier. Flags override --config; every default is shown with its reason."
+
+
+def build_parser(schema: type = Config, prog: str = "train.py", description: str = TRAIN) -> argparse.ArgumentParser:
+    """Flags for every field of the dataclass `schema` (Config for train.py; predict.py and export.py have their own)."""
+    parser = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as in config.py)")
-    hints = typing.get_type_hints(Config)
-    for f in dataclasses.fields(Config):
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.metadata["positional"]:  # e.g. predict.py's INPUT...: one or more values
+            parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
+            continue
         flag = "--" + f.name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
         if f.metadata["choices"]:
@@ -69,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_yaml(path: str) -> dict[str, Any]:
+def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
     """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
@@ -77,7 +81,7 @@ def load_yaml(path: str) -> dict[str, Any]:
         fail(f"--config: cannot read {path}: {str(err).splitlines()[0]}")
     if not isinstance(data, dict):
         fail(f"--config: {path} must hold a mapping of option: value")
-    hints = typing.get_type_hints(Config)
+    hints = typing.get_type_hints(schema)
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -93,16 +97,16 @@ def load_yaml(path: str) -> dict[str, Any]:
     return values
 
 
-def parse_args(argv: Sequence[str] | None = None) -> Config:
+def parse_args(argv: Sequence[str] | None = None, schema: type[T] = Config, **parser_options: str) -> T:  # type: ignore[assignment]
     """Flags override the --config file, which overrides the dataclass defaults."""
-    parser = build_parser()
+    parser = build_parser(schema, **parser_options)
     config_file = _peek_config(argv)
     if config_file:
-        parser.set_defaults(**load_yaml(config_file))
+        parser.set_defaults(**load_yaml(config_file, schema))
     args = vars(parser.parse_args(argv))
     args.pop("config")
     try:
-        return Config(**args)
+        return schema(**args)
     except ConfigError as err:
         fail(str(err))
 

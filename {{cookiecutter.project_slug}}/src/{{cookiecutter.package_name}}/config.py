@@ -26,8 +26,8 @@ class ConfigError(ValueError):
         self.option = option
 
 
-def opt(default: Any, why: str, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"help": why, "choices": choices})
+def opt(default: Any, why: str, choices: tuple[str, ...] = (), positional: bool = False) -> Any:
+    return field(default=default, metadata={"help": why, "choices": choices, "positional": positional})
 
 
 @dataclass
@@ -131,3 +131,75 @@ def parse_devices(value: str) -> int | list[int] | str:
     except ValueError:
         pass
     raise ConfigError("devices", f"expected 'auto', a positive count or distinct GPU ids like '0,1'; got {value!r}")
+
+
+# --- predict.py and export.py: their options, in the same form; the hardware ones are train.py's own ------------
+OUTPUT_SUFFIXES = (".csv", ".jsonl")
+EXPORT_FORMATS = ("onnx", "torch-export")
+HARDWARE_OPTIONS = ("accelerator", "devices", "precision", "compile", "compile_mode", "channels_last", "tf32")
+
+
+def as_in_training(name: str) -> Any:
+    """Config's field, default and reason included, so predict.py resolves the hardware exactly as train.py does."""
+    return field(default=Config.__dataclass_fields__[name].default, metadata=Config.__dataclass_fields__[name].metadata)
+
+
+def _check_choices(options: Any) -> None:
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.metadata["choices"] and value not in f.metadata["choices"]:
+            raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
+
+
+@dataclass
+class PredictConfig:
+    inputs: tuple[str, ...] = opt((), "image files, folders (searched recursively), text files of paths", positional=True)
+    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
+    output: str = opt("predictions.csv", "one row per image; .csv or .jsonl, chosen by the suffix")
+    top_k: int = opt(5, "most probable classes listed per image; capped at the number of classes")
+    batch_size: int = opt(128, "images per device per step")
+    num_workers: int | None = opt(None, "decoding processes per device; unset = CPUs per device - 1, up to 8")
+    accelerator: str = as_in_training("accelerator")
+    devices: str = as_in_training("devices")
+    precision: str = as_in_training("precision")
+    compile: bool | None = as_in_training("compile")
+    compile_mode: str = as_in_training("compile_mode")
+    channels_last: bool = as_in_training("channels_last")
+    tf32: bool = as_in_training("tf32")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        self.inputs = tuple(self.inputs)
+        if not self.checkpoint:
+            raise ConfigError("checkpoint", "required: the .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        if not self.output.endswith(OUTPUT_SUFFIXES):
+            raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
+        for name in ("top_k", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be 1 or more, got {getattr(self, name)}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+
+    def training_config(self) -> Config:
+        """The hardware options as train.py's Config, for hardware.resolve and the Trainer it builds."""
+        chosen = {name: getattr(self, name) for name in HARDWARE_OPTIONS}
+        # One process per device at most, no FSDP (nothing to shard for inference), no tracker to start.
+        return Config(**chosen, strategy="auto", batch_size=self.batch_size, num_workers=self.num_workers, logger="csv")
+
+
+@dataclass
+class ExportConfig:
+    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
+    format: str = opt("onnx", "onnx runs in ONNX Runtime and elsewhere; torch-export is a .pt2 for PyTorch", EXPORT_FORMATS)
+    output: str | None = opt(None, "unset = the checkpoint's path with .onnx or .pt2")
+    input_size: int | None = opt(None, "side of the square uint8 images the graph takes; unset = image_size / crop_pct")
+    tolerance: float = opt(1e-3, "largest |logit difference| accepted between the export and PyTorch, times max(1, |logit|)")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        if not self.checkpoint:
+            raise ConfigError("checkpoint", "required: the .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        if self.input_size is not None and self.input_size < 1:
+            raise ConfigError("input_size", f"must be a positive number of pixels, got {self.input_size}")
+        if not self.tolerance > 0:
+            raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")

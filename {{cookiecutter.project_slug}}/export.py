@@ -1,0 +1,43 @@
+"""Export a checkpoint for serving: `python export.py --checkpoint CKPT --format {onnx,torch-export} [--output FILE]`.
+
+The graph takes uint8 (N, 3, H, W) images of any batch and image size, and does the validation crop, normalisation and
+the network; it gives one logit per class. It is checked against PyTorch before it is written.
+"""
+
+from __future__ import annotations
+
+from {{ cookiecutter.package_name }}.cli import fail, parse_args
+from {{ cookiecutter.package_name }}.config import ConfigError, ExportConfig
+
+DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    cfg = parse_args(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
+    from {{ cookiecutter.package_name }}.exporting import ParityError, check_onnx_installed, export, output_path
+    from {{ cookiecutter.package_name }}.inference import ServingModel, load_classifier
+
+    try:
+        if cfg.format == "onnx":
+            check_onnx_installed()
+        output_path(cfg)  # a bad --output answers before minutes of exporting
+        # Plain fp32, NCHW, eager: what every runtime reads; the runtime picks its own kernels and layout.
+        classifier = load_classifier(cfg.checkpoint, channels_last=False, compile=False)
+        path, diff, bound = export(cfg, ServingModel(classifier))
+    except ConfigError as err:
+        fail(str(err))
+    except ParityError as err:
+        fail(f"--format: {err}", code=1)
+    except OSError as err:
+        fail(f"--output: cannot write {cfg.output or 'beside the checkpoint'} ({err.strerror}); give a writable place")
+    size = path.stat().st_size
+    classes = len(classifier.hparams["class_names"])
+    print(
+        f"exported {path} ({size / 2**20:.1f} MiB, {cfg.format}): uint8 (N, 3, H, W) in, {classes} logits out; "
+        f"max |difference| from PyTorch {diff:.2e} (tolerance {bound:.1e}) at batch sizes 1, 2 and 5"
+    )
+    return {"max_diff": diff, "bytes": float(size)}
+
+
+if __name__ == "__main__":
+    main()
