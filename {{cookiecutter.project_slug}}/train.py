@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             train_samples=cfg.train_samples,
             seed=cfg.seed,
         )
-        model = ImageClassifier.from_config(cfg, hw, datamodule.num_classes)
+        model = ImageClassifier.from_config(cfg, hw, datamodule.classes)
     except ConfigError as err:
         fail(str(err))
 

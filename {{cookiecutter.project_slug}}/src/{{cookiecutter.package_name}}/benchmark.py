@@ -172,7 +172,7 @@ def run_lightning(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
     cfg, hw = _prepare(spec, setting, output_dir)
     data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
     data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
-    model = ImageClassifier.from_config(cfg, hw, spec.num_classes)
+    model = ImageClassifier.from_config(cfg, hw, [f"class{i}" for i in range(spec.num_classes)])
     clock = Clock(spec)
     callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
     trainer = build_trainer(

@@ -64,6 +64,8 @@ def build_parser(schema: type = Config, prog: str = "train.py", description: str
             continue
         flag = "--" + f.name.replace("_", "-")
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+        if f.metadata.get("const") is not None:  # a flag whose value may be left out, like --pretrained [PATH]
+            kwargs.update(nargs="?", const=f.metadata["const"])
         if f.metadata["choices"]:
             kwargs["metavar"] = "{" + ",".join(f.metadata["choices"]) + "}"
         if bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:

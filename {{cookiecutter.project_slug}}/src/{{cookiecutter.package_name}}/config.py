@@ -26,8 +26,10 @@ class ConfigError(ValueError):
         self.option = option
 
 
-def opt(default: Any, why: str, choices: tuple[str, ...] = (), positional: bool = False) -> Any:
-    return field(default=default, metadata={"help": why, "choices": choices, "positional": positional})
+def opt(default: Any, why: str, choices: tuple[str, ...] = (), const: Any = None, positional: bool = False) -> Any:
+    """`const`: the value of the flag given without one (`--pretrained` alone), making its value optional.
+    `positional`: one or more values given without a flag (predict.py's INPUT...)."""
+    return field(default=default, metadata={"help": why, "choices": choices, "const": const, "positional": positional})
 
 
 @dataclass
@@ -64,7 +66,17 @@ class Config:
     auto_batch_size: bool = opt(False, "first find the largest --batch-size that fits in memory; one device only")
     num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1, up to 8")
     # --- model and optimisation --------------------------------------------------------------
-    model: str = opt("resnet18", "any torchvision classification model name")
+    model: str = opt("resnet18", "a torchvision classifier (resnet50), or timm/<name> (timm/convnext_tiny.fb_in22k)")
+    pretrained: str | None = opt(
+        None,
+        "start from pretrained weights: alone = the model's default ones (downloaded once, then cached); "
+        "or a .pt/.pth/.safetensors state_dict file",
+        const="default",
+    )
+    backbone_lr_scale: float = opt(0.1, "with --pretrained: the backbone's peak LR = --lr x this; the new head's = --lr")
+    freeze_epochs: int = opt(1, "with --pretrained: epochs training only the new head (backbone, its BatchNorm frozen)")
+    ema: bool = opt(False, "validate and checkpoint an exponential moving average of the weights")
+    ema_decay: float = opt(0.999, "--ema: the old average's weight per step; it spans about 1/(1-decay) steps")
     lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
     weight_decay: float = opt(0.05, "AdamW decoupled weight decay (not applied to norms and biases)")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")

@@ -235,8 +235,6 @@ class ImageDataModule(L.LightningDataModule):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         if self.trainer is not None and self.trainer.training:
             x = random_crop_flip(x, pad=max(1, size // 8))
-        mean, std = _normalization(x.device)
-        x = (x - mean) / std
         if self.hparams["channels_last"]:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, y

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
@@ -81,6 +81,8 @@ def build_callbacks(cfg: Config) -> list[Callback]:
         # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)
         LogStepThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), every_n_steps=cfg.log_every_n_steps),
         LogStepProgressBar(every_n_steps=cfg.log_every_n_steps),
+        # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
+        *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
     ]
 
 
