@@ -6,14 +6,14 @@ the network; it gives one logit per class. It is checked against PyTorch before 
 
 from __future__ import annotations
 
-from {{ cookiecutter.package_name }}.cli import fail, parse_args
+from {{ cookiecutter.package_name }}.cli import fail, parse_options
 from {{ cookiecutter.package_name }}.config import ConfigError, ExportConfig
 
 DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    cfg = parse_args(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
+    cfg = parse_options(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
     from {{ cookiecutter.package_name }}.exporting import ParityError, check_onnx_installed, export, output_path
     from {{ cookiecutter.package_name }}.inference import ServingModel, load_classifier
 

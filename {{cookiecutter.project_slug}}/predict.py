@@ -6,44 +6,50 @@ resolved hardware as train.py, with the validation decoding and crop; the checkp
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
+import warnings
 from typing import Any
 
-from {{ cookiecutter.package_name }}.cli import fail, parse_args
+from {{ cookiecutter.package_name }}.cli import fail, parse_options
 from {{ cookiecutter.package_name }}.config import ConfigError, PredictConfig
 
 DESCRIPTION = "Label images with a checkpoint of train.py. Every default is shown with its reason."
 
 
-def gather(trainer: Any, batches: list[Any]) -> tuple[dict[int, tuple[list[float], list[int]]], dict[int, str]]:
-    """Every rank's predictions, keyed by image index: an image seen twice counts once, none is lost."""
+def gather(trainer: Any, batches: list[Any]) -> dict[int, tuple[list[float], list[int]]]:
+    """Every rank's predictions, keyed by input index: an image predicted twice counts once, none is lost."""
     import torch.distributed as dist
 
-    local = [(i.tolist(), p.tolist(), c.tolist(), skipped) for i, p, c, skipped in batches]
-    parts = [local]
+    local = [(i.tolist(), p.tolist(), c.tolist()) for i, p, c in batches]
+    parts: list[Any] = [local]
     if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-        parts = [None] * dist.get_world_size()  # type: ignore[list-item]
+        parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, local)
-    rows: dict[int, tuple[list[float], list[int]]] = {}
-    skipped: dict[int, str] = {}
-    for part in parts:
-        for index, probs, classes, bad in part:
-            rows.update({i: (p, c) for i, p, c in zip(index, probs, classes, strict=True)})
-            skipped.update(dict(bad))
-    return rows, skipped
+    return {
+        i: (p, c) for part in parts for index, probs, ids in part for i, p, c in zip(index, probs, ids, strict=True)
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    cfg = parse_args(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
+    cfg = parse_options(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
     from torch.utils.data import DataLoader
 
     from {{ cookiecutter.package_name }} import hardware
-    from {{ cookiecutter.package_name }}.inference import ImageFiles, Predictor, collate, load_classifier
-    from {{ cookiecutter.package_name }}.predictions import InputError, collect_images, commit, discard, open_output
-    from {{ cookiecutter.package_name }}.predictions import summary, write_rows
+    from {{ cookiecutter.package_name }}.inference import Predictor, collate, image_files, load_classifier
+    from {{ cookiecutter.package_name }}.predictions import (
+        InputError,
+        collect_images,
+        commit,
+        discard,
+        open_output,
+        summary,
+        write_rows,
+    )
     from {{ cookiecutter.package_name }}.trainer import build_trainer
+    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError
+
+    # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
+    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
 
     try:
         paths = collect_images(cfg.inputs)
@@ -64,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     hardware.apply_backend_flags(train_cfg)
     class_names = list(classifier.hparams["class_names"])
     loader = DataLoader(
-        ImageFiles(paths),
+        image_files(paths, classifier.hparams["image_size"], classifier.hparams["crop_pct"]),
         batch_size=cfg.batch_size,
         num_workers=hw.num_workers,
         pin_memory=hw.pin_memory,  # uint8 batches in pinned memory: an asynchronous copy, 4x fewer bytes than float
@@ -75,7 +81,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     started = time.perf_counter()
     try:
         batches = trainer.predict(Predictor(classifier, cfg.top_k), dataloaders=loader, return_predictions=True)
-        found, skipped = gather(trainer, batches or [])
+        found = gather(trainer, batches or [])
+    except UnreadableImageError:
+        if handle is not None:
+            discard(handle)
+        fail(f"INPUT: none of the {len(paths)} images can be read")
     except BaseException:
         if handle is not None:
             discard(handle)
@@ -83,22 +93,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     seconds = time.perf_counter() - started
     if handle is None:  # not rank 0: rank 0 writes everything
         return {}
-    for index, reason in sorted(skipped.items()):
-        print(f"warning: skipped unreadable image {paths[index]}: {reason}", file=sys.stderr)
-    if not found:
-        discard(handle)
-        fail(f"INPUT: none of the {len(paths)} images could be read")
-    missing = sorted(set(range(len(paths))) - found.keys() - skipped.keys())
-    if missing:  # a bug, not bad input: never write an incomplete file
-        discard(handle)
-        fail(f"internal: {len(missing)} images got no prediction, e.g. {paths[missing[0]]}", code=1)
-    rows = [
-        (str(paths[i]), [(class_names[c], p) for p, c in zip(*found[i], strict=True)]) for i in sorted(found)
-    ]
+    skipped = len(paths) - len(found)  # each was named in a warning when the loader met it
+    rows = [(str(paths[i]), [(class_names[c], p) for p, c in zip(*found[i], strict=True)]) for i in sorted(found)]
     write_rows(handle, rows, jsonl=cfg.output.endswith(".jsonl"))
     commit(handle, cfg.output)
-    print(summary(rows, len(skipped), seconds, cfg.output))
-    return {"images": len(rows), "skipped": len(skipped), "images_per_sec": len(rows) / max(seconds, 1e-9)}
+    print(summary(rows, skipped, seconds, cfg.output))
+    return {"images": len(rows), "skipped": skipped, "images_per_sec": len(rows) / max(seconds, 1e-9)}
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ TRAIN = "Train the image classifier. Flags override --config; every default is s
 
 
 def build_parser(schema: type = Config, prog: str = "train.py", description: str = TRAIN) -> argparse.ArgumentParser:
-    """Flags for every field of the dataclass `schema` (Config for train.py; predict.py and export.py have their own)."""
+    """Flags for each field of the dataclass `schema` (Config for train.py; predict.py and export.py have their own)."""
     parser = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as in config.py)")
     hints = typing.get_type_hints(schema)
@@ -99,8 +99,13 @@ def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
     return values
 
 
-def parse_args(argv: Sequence[str] | None = None, schema: type[T] = Config, **parser_options: str) -> T:  # type: ignore[assignment]
-    """Flags override the --config file, which overrides the dataclass defaults."""
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    """train.py's options: flags override the --config file, which overrides the dataclass defaults."""
+    return parse_options(argv, Config)
+
+
+def parse_options(argv: Sequence[str] | None, schema: type[T], **parser_options: str) -> T:
+    """Options of the dataclass `schema` (Config, PredictConfig, ...), checked by its __post_init__."""
     parser = build_parser(schema, **parser_options)
     config_file = _peek_config(argv)
     if config_file:

@@ -165,7 +165,7 @@ def _check_choices(options: Any) -> None:
 
 @dataclass
 class PredictConfig:
-    inputs: tuple[str, ...] = opt((), "image files, folders (searched recursively), text files of paths", positional=True)
+    inputs: tuple[str, ...] = opt((), "images, folders (searched recursively), text files of paths", positional=True)
     checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
     output: str = opt("predictions.csv", "one row per image; .csv or .jsonl, chosen by the suffix")
     top_k: int = opt(5, "most probable classes listed per image; capped at the number of classes")
@@ -183,7 +183,7 @@ class PredictConfig:
         _check_choices(self)
         self.inputs = tuple(self.inputs)
         if not self.checkpoint:
-            raise ConfigError("checkpoint", "required: the .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
         if not self.output.endswith(OUTPUT_SUFFIXES):
             raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
         for name in ("top_k", "batch_size"):
@@ -202,16 +202,13 @@ class PredictConfig:
 @dataclass
 class ExportConfig:
     checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
-    format: str = opt("onnx", "onnx runs in ONNX Runtime and elsewhere; torch-export is a .pt2 for PyTorch", EXPORT_FORMATS)
+    format: str = opt("onnx", "onnx: ONNX Runtime and most servers; torch-export: a .pt2 for PyTorch", EXPORT_FORMATS)
     output: str | None = opt(None, "unset = the checkpoint's path with .onnx or .pt2")
-    input_size: int | None = opt(None, "side of the square uint8 images the graph takes; unset = image_size / crop_pct")
-    tolerance: float = opt(1e-3, "largest |logit difference| accepted between the export and PyTorch, times max(1, |logit|)")
+    tolerance: float = opt(1e-3, "largest accepted |logit difference| from PyTorch, times max(1, largest |logit|)")
 
     def __post_init__(self) -> None:
         _check_choices(self)
         if not self.checkpoint:
-            raise ConfigError("checkpoint", "required: the .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
-        if self.input_size is not None and self.input_size < 1:
-            raise ConfigError("input_size", f"must be a positive number of pixels, got {self.input_size}")
+            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
         if not self.tolerance > 0:
             raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")

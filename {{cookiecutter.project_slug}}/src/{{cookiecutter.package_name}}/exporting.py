@@ -53,12 +53,22 @@ def sample_batches(serving: ServingModel) -> tuple[Tensor, list[Tensor]]:
     def batch(n: int, h: int, w: int) -> Tensor:
         return torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8, generator=generator)
 
-    return batch(2, side + 5, side + 11), [batch(2, side + 5, side + 11), batch(5, side, side), batch(1, side * 2, side + 3)]
+    return batch(2, side + 5, side + 11), [
+        batch(2, side + 5, side + 11),
+        batch(5, side, side),
+        batch(1, side * 2, side + 3),
+    ]
 
 
 def _dynamic_shapes() -> dict[str, dict[int, torch.export.Dim]]:
     dim = torch.export.Dim
-    return {"images": {0: dim("batch", min=1, max=4096), 2: dim("height", min=2, max=16384), 3: dim("width", min=2, max=16384)}}
+    return {
+        "images": {
+            0: dim("batch", min=1, max=4096),
+            2: dim("height", min=2, max=16384),
+            3: dim("width", min=2, max=16384),
+        }
+    }
 
 
 def _export_onnx(serving: ServingModel, example: Tensor, checks: list[Tensor], path: Path) -> list[Tensor]:
@@ -104,7 +114,9 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
         diff = max(float((g - e).abs().max()) for g, e in zip(got, expected, strict=True))
         bound = cfg.tolerance * max(1.0, max(float(e.abs().max()) for e in expected))
         if not diff <= bound:
-            raise ParityError(f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written")
+            raise ParityError(
+                f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
+            )
         os.replace(temp, path)
     finally:
         Path(temp).unlink(missing_ok=True)

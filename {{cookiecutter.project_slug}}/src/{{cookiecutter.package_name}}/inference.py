@@ -6,23 +6,23 @@ classifier's own forward, which normalises with the mean/std the checkpoint carr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor, nn
-from torch.utils.data import Dataset
 
 from .config import ConfigError
 from .guards import check_checkpoint
 from .model import ImageClassifier
-from .transforms import UnreadableImageError, decode_rgb, eval_transform, pad_images
+from .transforms import ImageFiles, eval_transform, pad_images
 
 # What predict.py and export.py need from a checkpoint's hparams besides the weights (train.py saves them all).
 REQUIRED_HPARAMS = ("model", "class_names", "image_size", "mean", "std", "crop_pct")
-# One predicted batch: dataset indices, top-k probabilities and class ids, and the (index, reason) of each image skipped.
-Predictions = tuple[Tensor, Tensor, Tensor, list[tuple[int, str]]]
+# One predicted batch: the images' indices in the input list, their top-k probabilities and class ids.
+Predictions = tuple[Tensor, Tensor, Tensor]
 
 
 def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
@@ -32,45 +32,36 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
     code from the file), and a checkpoint that is not from this project's train.py."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError("checkpoint", f"no file at {path}; give a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt")
+        raise ConfigError(
+            "checkpoint", f"no file at {path}; give a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt"
+        )
     checkpoint = check_checkpoint(file, option="checkpoint")
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     missing = [key for key in REQUIRED_HPARAMS if not isinstance(hparams, dict) or key not in hparams]
     if missing or "state_dict" not in checkpoint:
         what = f"its hparams lack {', '.join(missing)}" if missing else "it has no state_dict"
-        raise ConfigError("checkpoint", f"{path} is not a checkpoint of this project's train.py ({what}); give one that is")
+        raise ConfigError(
+            "checkpoint", f"{path} is not a checkpoint of this project's train.py ({what}); give one that is"
+        )
     try:
         return ImageClassifier.load_from_checkpoint(file, map_location="cpu", weights_only=True, **overrides)
     except (RuntimeError, KeyError, TypeError, ValueError) as err:  # weights that do not fit the network it names
         reason = str(err).strip().splitlines()[0]
-        raise ConfigError("checkpoint", f"{path} does not load into {hparams['model']}: {reason}") from None
+        model = checkpoint["hyper_parameters"]["model"]
+        raise ConfigError("checkpoint", f"{path} does not load into {model}: {reason}") from None
 
 
-class ImageFiles(Dataset[tuple[int, Tensor | str]]):
-    """Image files decoded to uint8 RGB on the CPU by transforms.decode_rgb; an unreadable one gives its reason."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> tuple[int, Tensor | str]:
-        try:
-            encoded = torch.frombuffer(bytearray(self.paths[index].read_bytes()), dtype=torch.uint8)
-            return index, decode_rgb(encoded)
-        except (UnreadableImageError, OSError) as err:
-            return index, str(err) or type(err).__name__
+def image_files(paths: list[Path], image_size: int, crop_pct: float) -> ImageFiles:
+    """The files as validation reads them: decoded in the loader workers, shorter side limited as ImageDataModule does
+    (twice the eval resize), unreadable ones skipped with a warning naming them."""
+    return ImageFiles([str(p) for p in paths], mode="decoded", max_side=math.ceil(2 * image_size / crop_pct))
 
 
-def collate(samples: list[tuple[int, Tensor | str]]) -> tuple[Tensor, Tensor, Tensor, list[tuple[int, str]]]:
-    """One zero-padded uint8 batch, the real size and the dataset index of each image, and the unreadable ones."""
-    images = [(i, image) for i, image in samples if isinstance(image, Tensor)]
-    skipped = [(i, reason) for i, reason in samples if isinstance(reason, str)]
-    if not images:
-        return torch.empty(0, 3, 1, 1, dtype=torch.uint8), torch.empty(0, 2, dtype=torch.long), torch.empty(0), skipped
-    padded, sizes = pad_images([image for _, image in images])
-    return padded, sizes, torch.tensor([i for i, _ in images]), skipped
+def collate(samples: list[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """One padded uint8 batch, each image's real size, and its index in the input list (which is what is kept: an
+    unreadable file's place is taken by the next readable one, so indices can repeat and a skipped one is absent)."""
+    images, sizes = pad_images([image for image, _, _ in samples])
+    return images, sizes, torch.tensor([index for _, _, index in samples])
 
 
 class Predictor(L.LightningModule):
@@ -84,18 +75,15 @@ class Predictor(L.LightningModule):
     def configure_model(self) -> None:
         self.classifier.configure_model()  # torch.compile, when the resolved hardware says so
 
-    def predict_step(self, batch: tuple[Tensor, Tensor, Tensor, list[tuple[int, str]]], batch_idx: int) -> Predictions:
-        images, sizes, index, skipped = batch
-        if not len(index):
-            empty = torch.empty(0, self.top_k)
-            return index.cpu(), empty, empty.long(), skipped
+    def predict_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Predictions:
+        images, sizes, index = batch
         hp = self.classifier.hparams
         x = eval_transform(images, sizes, hp["image_size"], hp["crop_pct"])
         if hp["channels_last"]:
             x = x.contiguous(memory_format=torch.channels_last)
         top = self.classifier(x).float().softmax(dim=-1).topk(self.top_k, dim=-1)
         # Back to the host per batch: the loop would otherwise keep every batch's outputs on the device.
-        return index.cpu(), top.values.cpu(), top.indices.cpu(), skipped
+        return index.cpu(), top.values.cpu(), top.indices.cpu()
 
 
 class ServingModel(nn.Module):

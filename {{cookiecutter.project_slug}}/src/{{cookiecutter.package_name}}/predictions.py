@@ -1,5 +1,4 @@
-"""predict.py's inputs and output: which files to label, and the CSV/JSONL rows written all at once or not at all.
-"""
+"""predict.py's inputs and output: which files to label, and the CSV/JSONL rows written all at once or not at all."""
 
 from __future__ import annotations
 
