@@ -26,7 +26,7 @@ def test_synthetic_splits_differ_and_batches_are_uint8() -> None:
     dm.setup("fit")
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (4, 3, 20, 20) and x.dtype == torch.uint8 and y.shape == (4,)
-    train, val = dm.datasets["train"].tensors[0], dm.datasets["val"].tensors[0]  # type: ignore[attr-defined]
+    train, val = dm.datasets["train"].tensors[0], dm.datasets["val"].tensors[0]  # type: ignore[union-attr]
     assert len(val) == 4 and not torch.equal(train[:4], val)
 
 

@@ -6,6 +6,7 @@ wheel for the platform, so the project still installs and runs there.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 
@@ -90,22 +91,20 @@ def decode_each(encoded: Sequence[Tensor], device: torch.device | str) -> list[T
         from torchcodec.decoders import decode_jpeg
 
         try:
-            decoded = decode_jpeg([encoded[i] for i in on_gpu], mode="RGB", device=device)
+            batch = decode_jpeg([encoded[i] for i in on_gpu], mode="RGB", device=device)
+            assert isinstance(batch, list)
+            for i, image in zip(on_gpu, batch, strict=True):
+                out[i] = image
         except RuntimeError:  # one bad sample fails the batched call: retry one by one, the rest go to the CPU
-            decoded = []
             for i in on_gpu:
-                try:
-                    decoded.append(decode_jpeg(encoded[i], mode="RGB", device=device))
-                except RuntimeError:
-                    decoded.append(None)
-        for i, image in zip(on_gpu, decoded, strict=True):
-            out[i] = image
+                with contextlib.suppress(RuntimeError):
+                    single = decode_jpeg(encoded[i], mode="RGB", device=device)
+                    assert isinstance(single, Tensor)
+                    out[i] = single
     for i, data in enumerate(encoded):
         if out[i] is None:
-            try:
+            with contextlib.suppress(UnreadableImageError):
                 out[i] = decode_rgb(data.cpu()).to(device, non_blocking=True)
-            except UnreadableImageError:
-                pass
     return out
 
 
