@@ -14,6 +14,9 @@ import torch
 from torch import Tensor
 
 
+NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
+
+
 class UnreadableImageError(RuntimeError):
     """No decoder can read these bytes: empty, truncated, not an image."""
 
@@ -59,8 +62,8 @@ def gpu_decodable(encoded: Tensor) -> bool:
 
     Greyscale and CMYK JPEGs, 12-bit JPEGs, other formats and truncated files go to the CPU decoder instead. Reading
     the frame header costs microseconds; a failed GPU batch would cost the whole batch."""
-    data = encoded.numpy().tobytes() if encoded.device.type == "cpu" else bytes(encoded.cpu().tolist())
-    if len(data) < 4 or data[:2] != b"\xff\xd8" or data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+    data = memoryview(encoded.cpu().numpy())  # no copy: a batch of photos is checked in the training process
+    if len(data) < 4 or bytes(data[:2]) != b"\xff\xd8" or bytes(data[-64:]).rstrip(b"\x00")[-2:] != b"\xff\xd9":
         return False
     i = 2
     while i + 9 < len(data):
@@ -86,7 +89,7 @@ def decode_each(encoded: Sequence[Tensor], device: torch.device | str) -> list[T
     of a batch nvJPEG rejects, is decoded on the CPU, per sample, and copied over."""
     device = torch.device(device)
     out: list[Tensor | None] = [None] * len(encoded)
-    on_gpu = [i for i, e in enumerate(encoded) if device.type == "cuda" and gpu_decodable(e)]
+    on_gpu = [i for i, e in enumerate(encoded) if device.type in NVJPEG_DEVICES and gpu_decodable(e)]
     if on_gpu and torchcodec_available():
         from torchcodec.decoders import decode_jpeg
 
