@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-
 NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
 
 
@@ -62,7 +61,7 @@ def gpu_decodable(encoded: Tensor) -> bool:
 
     Greyscale and CMYK JPEGs, 12-bit JPEGs, other formats and truncated files go to the CPU decoder instead. Reading
     the frame header costs microseconds; a failed GPU batch would cost the whole batch."""
-    data = memoryview(encoded.cpu().numpy())  # no copy: a batch of photos is checked in the training process
+    data = encoded.cpu().numpy().data  # no copy: a batch of photos is checked in the training process
     if len(data) < 4 or bytes(data[:2]) != b"\xff\xd8" or bytes(data[-64:]).rstrip(b"\x00")[-2:] != b"\xff\xd9":
         return False
     i = 2
