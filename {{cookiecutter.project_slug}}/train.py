@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             channels_last=hw.channels_last,
             train_samples=cfg.train_samples,
             seed=cfg.seed,
+            decode=hw.decode,
         )
         model = ImageClassifier.from_config(cfg, hw, datamodule.classes)
+        datamodule.crop_pct = float(model.hparams.get("crop_pct", datamodule.crop_pct))  # eval crop = the model's
     except ConfigError as err:
         fail(str(err))
 

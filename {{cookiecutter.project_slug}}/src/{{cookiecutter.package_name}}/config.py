@@ -15,6 +15,7 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATA_SOURCES = ("synthetic", "cifar10", "folder")
+DECODERS = ("auto", "cpu", "gpu")
 LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
 
 
@@ -64,7 +65,12 @@ class Config:
     train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
     batch_size: int = opt(128, "per device; the global batch is this x devices x nodes x accumulation")
     auto_batch_size: bool = opt(False, "first find the largest --batch-size that fits in memory; one device only")
-    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1, up to 8")
+    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1 (SLURM-aware)")
+    decode: str = opt(
+        "auto",
+        "folder JPEGs: gpu = nvJPEG in batches, workers only read bytes; auto = gpu with CUDA + TorchCodec",
+        DECODERS,
+    )
     # --- model and optimisation --------------------------------------------------------------
     model: str = opt("resnet18", "a torchvision classifier (resnet50), or timm/<name> (timm/convnext_tiny.fb_in22k)")
     pretrained: str | None = opt(

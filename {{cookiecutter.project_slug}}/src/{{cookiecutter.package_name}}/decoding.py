@@ -6,11 +6,14 @@ wheel for the platform, so the project still installs and runs there.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
 
 
 class UnreadableImageError(RuntimeError):
@@ -58,8 +61,8 @@ def gpu_decodable(encoded: Tensor) -> bool:
 
     Greyscale and CMYK JPEGs, 12-bit JPEGs, other formats and truncated files go to the CPU decoder instead. Reading
     the frame header costs microseconds; a failed GPU batch would cost the whole batch."""
-    data = encoded.numpy().tobytes() if encoded.device.type == "cpu" else bytes(encoded.cpu().tolist())
-    if len(data) < 4 or data[:2] != b"\xff\xd8" or data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+    data = encoded.cpu().numpy().data  # no copy: a batch of photos is checked in the training process
+    if len(data) < 4 or bytes(data[:2]) != b"\xff\xd8" or bytes(data[-64:]).rstrip(b"\x00")[-2:] != b"\xff\xd9":
         return False
     i = 2
     while i + 9 < len(data):
@@ -85,27 +88,25 @@ def decode_each(encoded: Sequence[Tensor], device: torch.device | str) -> list[T
     of a batch nvJPEG rejects, is decoded on the CPU, per sample, and copied over."""
     device = torch.device(device)
     out: list[Tensor | None] = [None] * len(encoded)
-    on_gpu = [i for i, e in enumerate(encoded) if device.type == "cuda" and gpu_decodable(e)]
+    on_gpu = [i for i, e in enumerate(encoded) if device.type in NVJPEG_DEVICES and gpu_decodable(e)]
     if on_gpu and torchcodec_available():
         from torchcodec.decoders import decode_jpeg
 
         try:
-            decoded = decode_jpeg([encoded[i] for i in on_gpu], mode="RGB", device=device)
+            batch = decode_jpeg([encoded[i] for i in on_gpu], mode="RGB", device=device)
+            assert isinstance(batch, list)
+            for i, image in zip(on_gpu, batch, strict=True):
+                out[i] = image
         except RuntimeError:  # one bad sample fails the batched call: retry one by one, the rest go to the CPU
-            decoded = []
             for i in on_gpu:
-                try:
-                    decoded.append(decode_jpeg(encoded[i], mode="RGB", device=device))
-                except RuntimeError:
-                    decoded.append(None)
-        for i, image in zip(on_gpu, decoded, strict=True):
-            out[i] = image
+                with contextlib.suppress(RuntimeError):
+                    single = decode_jpeg(encoded[i], mode="RGB", device=device)
+                    assert isinstance(single, Tensor)
+                    out[i] = single
     for i, data in enumerate(encoded):
         if out[i] is None:
-            try:
+            with contextlib.suppress(UnreadableImageError):
                 out[i] = decode_rgb(data.cpu()).to(device, non_blocking=True)
-            except UnreadableImageError:
-                pass
     return out
 
 

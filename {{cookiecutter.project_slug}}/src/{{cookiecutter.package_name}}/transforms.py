@@ -56,8 +56,8 @@ def read_bytes(path: str) -> Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
 
 
-class ImageFiles(Dataset[tuple[Tensor, int, int]]):
-    """Image files by path, as (tensor, label, index); label -1 when there are no labels (prediction).
+class ImageFiles(Dataset[tuple[Tensor, int]]):
+    """Image files by path, as (tensor, label); label -1 when there are no labels (prediction).
 
     mode "decoded": the tensor is the uint8 RGB image (3, H, W), decoded here, in the loader worker (CPU decoding),
     its shorter side limited to `max_side`. Mode "bytes": the file's encoded bytes, decoded later in one batch on the
@@ -73,37 +73,42 @@ class ImageFiles(Dataset[tuple[Tensor, int, int]]):
         self.paths, self.mode, self.max_side = list(paths), mode, max_side
         self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
 
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, label) pairs, as torchvision's ImageFolder names them."""
+        return list(zip(self.paths, self.labels, strict=True))
+
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
         for i in (j % len(self) for j in range(index, index + len(self))):
             try:
                 data = read_bytes(self.paths[i])
                 if self.mode == "bytes":
                     if not gpu_decodable(data):
                         decode_rgb(data)
-                    return data, self.labels[i], i
+                    return data, self.labels[i]
                 image = decode_rgb(data)
-                return (limit_size(image, self.max_side) if self.max_side else image), self.labels[i], i
+                return (limit_size(image, self.max_side) if self.max_side else image), self.labels[i]
             except (UnreadableImageError, OSError) as err:
                 warnings.warn(f"skipping unreadable image {self.paths[i]}: {err}", stacklevel=2)
         raise UnreadableImageError(f"none of the {len(self)} images can be read, e.g. {self.paths[0]}")
 
 
-def collate_images(samples: Sequence[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
+def collate_images(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor, Tensor]:
     """Decoded images of any sizes -> (padded uint8 batch (N, 3, H, W), sizes (N, 2), labels (N,))."""
     images, sizes = pad_images([s[0] for s in samples])
     return images, sizes, torch.tensor([s[1] for s in samples])
 
 
-def collate_bytes(samples: Sequence[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Encoded files of any lengths -> (all bytes end to end, 1-D uint8; lengths; labels; dataset indices).
+def collate_bytes(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Encoded files of any lengths -> (all bytes end to end, 1-D uint8; their lengths (N,); labels (N,)).
 
     One flat tensor pins and copies in one go, and wastes nothing on padding."""
     flat = torch.cat([s[0] for s in samples]) if samples else torch.empty(0, dtype=torch.uint8)
     lengths = torch.tensor([len(s[0]) for s in samples], dtype=torch.int64)
-    return flat, lengths, torch.tensor([s[1] for s in samples]), torch.tensor([s[2] for s in samples])
+    return flat, lengths, torch.tensor([s[1] for s in samples])
 
 
 def split_bytes(flat: Tensor, lengths: Tensor) -> list[Tensor]:
@@ -144,7 +149,7 @@ def limit_size(image: Tensor, max_side: int) -> Tensor:
 def eval_boxes(sizes: Tensor, crop_pct: float = CROP_PCT) -> Tensor:
     """(x1, y1, x2, y2) of the centre square covering `crop_pct` of each image's shorter side: resizing the shorter
     side to image_size / crop_pct and centre-cropping image_size is the same region."""
-    h, w = sizes[:, 0].double(), sizes[:, 1].double()
+    h, w = sizes[:, 0].float(), sizes[:, 1].float()
     side = crop_pct * torch.minimum(h, w)
     x1, y1 = (w - side) / 2, (h - side) / 2
     return torch.stack([x1, y1, x1 + side, y1 + side], dim=1)
@@ -158,20 +163,20 @@ def random_resized_boxes(
     Like torchvision's RandomResizedCrop: up to `tries` (area, ratio) draws per image, the first that fits wins;
     if none fits, the largest centre crop with the ratio clamped into range. All images in one go."""
     n, device = len(sizes), sizes.device
-    h, w = sizes[:, 0].double()[:, None], sizes[:, 1].double()[:, None]
-    area = h * w * torch.empty(n, tries, device=device, dtype=torch.float64).uniform_(*scale)
-    log_ratio = torch.empty(n, tries, device=device, dtype=torch.float64).uniform_(math.log(ratio[0]), math.log(ratio[1]))
+    h, w = sizes[:, 0].float()[:, None], sizes[:, 1].float()[:, None]
+    area = h * w * torch.empty(n, tries, device=device).uniform_(*scale)
+    log_ratio = torch.empty(n, tries, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1]))
     aspect = log_ratio.exp()
     cw, ch = (area * aspect).sqrt(), (area / aspect).sqrt()
     fits = (cw <= w) & (ch <= h)
-    first = fits.double().argmax(dim=1, keepdim=True)  # index of the first try that fits (0 if none does)
+    first = fits.float().argmax(dim=1, keepdim=True)  # index of the first try that fits (0 if none does)
     cw, ch, any_fit = cw.gather(1, first)[:, 0], ch.gather(1, first)[:, 0], fits.any(dim=1)
     h, w = h[:, 0], w[:, 0]
     image_ratio = w / h
     fallback_w = torch.where(image_ratio < ratio[0], w, torch.where(image_ratio > ratio[1], h * ratio[1], w))
     fallback_h = torch.where(image_ratio < ratio[0], w / ratio[0], torch.where(image_ratio > ratio[1], h, h))
     cw, ch = torch.where(any_fit, cw, fallback_w), torch.where(any_fit, ch, fallback_h)
-    offset = torch.rand(n, 2, device=device, dtype=torch.float64)
+    offset = torch.rand(n, 2, device=device, dtype=torch.float32)
     x1 = torch.where(any_fit, offset[:, 0] * (w - cw), (w - cw) / 2)
     y1 = torch.where(any_fit, offset[:, 1] * (h - ch), (h - ch) / 2)
     return torch.stack([x1, y1, x1 + cw, y1 + ch], dim=1)
@@ -181,7 +186,7 @@ def crop_resize(images: Tensor, boxes: Tensor, size: int) -> Tensor:
     """One `roi_align` call: box n of image n, resized to size x size, float in [0, 255].
 
     Each output pixel averages ceil(box side / size)^2 samples, so shrinking is antialiased as a resize would be."""
-    rois = torch.cat([torch.arange(len(boxes), device=images.device, dtype=torch.float64)[:, None], boxes], dim=1)
+    rois = torch.cat([torch.arange(len(boxes), device=images.device, dtype=torch.float32)[:, None], boxes], dim=1)
     x = images.float()
     return roi_align(x, rois.to(x.dtype), output_size=(size, size), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
 
