@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         fail(f"--format: {err}", code=1)
     except OSError as err:
         fail(f"--output: cannot write {cfg.output or 'beside the checkpoint'} ({err.strerror}); give a writable place")
+    except Exception as err:  # the exporter cannot trace some network: one line, the exporter's own first line
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        fail(f"--format: the {cfg.format} export failed ({type(err).__name__}: {reason}); try the other format", code=1)
     size = path.stat().st_size
     classes = len(classifier.hparams["class_names"])
     print(

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from torch.utils.data import DataLoader
 
     from {{ cookiecutter.package_name }} import hardware
-    from {{ cookiecutter.package_name }}.inference import Predictor, collate, image_files, load_classifier
+    from {{ cookiecutter.package_name }}.inference import Predictor, image_files, load_classifier
     from {{ cookiecutter.package_name }}.predictions import (
         InputError,
         collect_images,
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         write_rows,
     )
     from {{ cookiecutter.package_name }}.trainer import build_trainer
-    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError
+    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError, collate_images
 
     # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
     warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         batch_size=cfg.batch_size,
         num_workers=hw.num_workers,
         pin_memory=hw.pin_memory,  # uint8 batches in pinned memory: an asynchronous copy, 4x fewer bytes than float
-        collate_fn=collate,
+        collate_fn=collate_images,  # the same padded uint8 batches as validation
     )
     if trainer.is_global_zero:
         print(hw.summary())

@@ -110,7 +110,7 @@ def parse_options(argv: Sequence[str] | None, schema: type[T], **parser_options:
     config_file = _peek_config(argv)
     if config_file:
         parser.set_defaults(**load_yaml(config_file, schema))
-    args = vars(parser.parse_args(argv))
+    args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
     args.pop("config")
     try:
         return schema(**args)

@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from .config import ConfigError, ExportConfig
 from .inference import ServingModel
+from .predictions import publish
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}
 
@@ -73,7 +75,9 @@ def _dynamic_shapes() -> dict[str, dict[int, torch.export.Dim]]:
 
 def _export_onnx(serving: ServingModel, example: Tensor, checks: list[Tensor], path: Path) -> list[Tensor]:
     """Through the torch.export-based exporter; checked in ONNX Runtime, as a serving process would run it."""
-    with contextlib.redirect_stdout(io.StringIO()):  # the exporter narrates each step; one summary line is ours
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # the exporter narrates every step
+        # roi_align's sampling_ratio -1 (adaptive) is what ONNX RoiAlign calls 0: the warning is about nothing.
+        warnings.filterwarnings("ignore", message="ONNX export for RoIAlign with a non-zero sampling_ratio")
         program = torch.onnx.export(
             serving,
             (example,),
@@ -117,7 +121,7 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
             raise ParityError(
                 f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
             )
-        os.replace(temp, path)
+        publish(Path(temp), path)
     finally:
         Path(temp).unlink(missing_ok=True)
     return path, diff, bound

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from .config import ConfigError
 from .guards import check_checkpoint
 from .model import ImageClassifier
-from .transforms import ImageFiles, eval_transform, pad_images
+from .transforms import ImageFiles, eval_transform
 
 # What predict.py and export.py need from a checkpoint's hparams besides the weights (train.py saves them all).
 REQUIRED_HPARAMS = ("model", "class_names", "image_size", "mean", "std", "crop_pct")
@@ -53,15 +53,12 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
 
 def image_files(paths: list[Path], image_size: int, crop_pct: float) -> ImageFiles:
     """The files as validation reads them: decoded in the loader workers, shorter side limited as ImageDataModule does
-    (twice the eval resize), unreadable ones skipped with a warning naming them."""
-    return ImageFiles([str(p) for p in paths], mode="decoded", max_side=math.ceil(2 * image_size / crop_pct))
+    (twice the eval resize), an unreadable one skipped with a warning naming it and the next taking its place.
 
-
-def collate(samples: list[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
-    """One padded uint8 batch, each image's real size, and its index in the input list (which is what is kept: an
-    unreadable file's place is taken by the next readable one, so indices can repeat and a skipped one is absent)."""
-    images, sizes = pad_images([image for image, _, _ in samples])
-    return images, sizes, torch.tensor([index for _, _, index in samples])
+    Each file's "label" is its position in `paths`, so collate_images batches carry which file each image really is:
+    positions can repeat where a file was skipped, and the skipped one's is absent."""
+    positions = list(range(len(paths)))
+    return ImageFiles([str(p) for p in paths], positions, mode="decoded", max_side=math.ceil(2 * image_size / crop_pct))
 
 
 class Predictor(L.LightningModule):

@@ -76,7 +76,15 @@ def discard(handle: IO[str]) -> None:
 
 def commit(handle: IO[str], output: str) -> None:
     handle.close()
-    os.replace(handle.name, output)
+    publish(Path(handle.name), Path(output))
+
+
+def publish(temp: Path, final: Path) -> None:
+    """Rename a finished temporary file into place, with the permissions a plain open() would have given it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    temp.chmod(0o666 & ~umask)  # temporary files are created private (0600)
+    os.replace(temp, final)
 
 
 Row = tuple[str, list[tuple[str, float]]]  # path, then (class, probability) for the top k, most probable first

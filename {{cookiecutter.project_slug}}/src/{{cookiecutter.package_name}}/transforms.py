@@ -186,7 +186,8 @@ def crop_resize(images: Tensor, boxes: Tensor, size: int) -> Tensor:
     """One `roi_align` call: box n of image n, resized to size x size, float in [0, 255].
 
     Each output pixel averages ceil(box side / size)^2 samples, so shrinking is antialiased as a resize would be."""
-    rois = torch.cat([torch.arange(len(boxes), device=images.device, dtype=torch.float32)[:, None], boxes], dim=1)
+    # shape[0], not len(): len() fixes the batch size in an exported graph (export.py), shape[0] keeps it symbolic.
+    rois = torch.cat([torch.arange(boxes.shape[0], device=images.device, dtype=torch.float32)[:, None], boxes], dim=1)
     x = images.float()
     return roi_align(x, rois.to(x.dtype), output_size=(size, size), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
 
