@@ -6,20 +6,32 @@ the network; it gives one logit per class. It is checked against PyTorch before 
 
 from __future__ import annotations
 
+import importlib
+
 from {{ cookiecutter.package_name }}.cli import fail, parse_options
 from {{ cookiecutter.package_name }}.config import ConfigError, ExportConfig
 
 DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
 
 
+def check_onnx_installed() -> None:
+    """Before torch is imported, so that a missing optional extra answers at once."""
+    for name in ("onnxruntime", "onnx", "onnxscript"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            extra = 'pip install -e ".[export]", or use --format torch-export'
+            fail(f"--format: onnx needs onnx, onnxscript and onnxruntime ({name} is not installed): {extra}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
-    from {{ cookiecutter.package_name }}.exporting import ParityError, check_onnx_installed, export, output_path
+    if cfg.format == "onnx":
+        check_onnx_installed()
+    from {{ cookiecutter.package_name }}.exporting import ParityError, export, output_path
     from {{ cookiecutter.package_name }}.inference import ServingModel, load_classifier
 
     try:
-        if cfg.format == "onnx":
-            check_onnx_installed()
         output_path(cfg)  # a bad --output answers before minutes of exporting
         # Plain fp32, NCHW, eager: what every runtime reads; the runtime picks its own kernels and layout.
         classifier = load_classifier(cfg.checkpoint, channels_last=False, compile=False)

@@ -52,10 +52,15 @@ def trained_checkpoint(base: Path) -> tuple[Path, list[tuple[Path, str]]]:
     return checkpoint, held
 
 
-def run_script(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python predict.py ARGS` (or export.py) in a fresh process, as a user runs it, one thread per process."""
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python predict.py ARGS` (or export.py) in a fresh process, as a user runs it."""
+    return run_python(str(ROOT / script), *args)
+
+
+def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` in the project root, src/ importable as if installed, one thread per process on shared cores."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.run(
-        [sys.executable, str(ROOT / script), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
     )

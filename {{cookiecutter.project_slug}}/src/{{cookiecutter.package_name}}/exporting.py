@@ -34,19 +34,6 @@ def output_path(cfg: ExportConfig) -> Path:
     return path
 
 
-def check_onnx_installed() -> None:
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError as err:
-        raise ConfigError(
-            "format",
-            f"onnx needs onnx, onnxscript and onnxruntime ({err.name} is not installed): "
-            'pip install -e ".[export]", or use --format torch-export',
-        ) from None
-
-
 def sample_batches(serving: ServingModel) -> tuple[Tensor, list[Tensor]]:
     """The batch the graph is traced with, and the ones it is checked on: other batch sizes and image sizes."""
     side = round(serving.image_size / serving.crop_pct)  # the size the eval crop resizes to: a typical input
