@@ -3,6 +3,7 @@ batch and image size; a mismatch or a missing ONNX Runtime is one line and no fi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,15 +25,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Held]:
     return trained_checkpoint(tmp_path_factory.getbasetemp() / "tiny-classifier")
 
 
-def load_exported(path: Path) -> Callable[[Tensor], Tensor]:
-    """What a serving process does: the file alone, no code of this project."""
+def load_exported(path: Path) -> tuple[Callable[[Tensor], Tensor], list[str]]:
+    """What a serving process does: the file alone, no code of this project; the model and its class names."""
     if path.suffix == ".onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return lambda images: torch.from_numpy(session.run(None, {"images": images.numpy()})[0])
-    program = torch.export.load(str(path)).module()
-    return lambda images: program(images).detach()
+        names = json.loads(session.get_modelmeta().custom_metadata_map["class_names"])
+        return lambda images: torch.from_numpy(session.run(None, {"images": images.numpy()})[0]), names
+    extra_files = {"class_names": ""}
+    program = torch.export.load(str(path), extra_files=extra_files).module()
+    return lambda images: program(images).detach(), json.loads(extra_files["class_names"])
 
 
 @pytest.mark.parametrize("suffix", [".onnx", ".pt2"])
@@ -46,7 +49,7 @@ def test_export_matches_pytorch_for_other_batch_and_image_sizes_and_labels_held_
     printed = capsys.readouterr().out
     assert f"exported {output}" in printed and "MiB" in printed and "max |difference| from PyTorch" in printed
 
-    run = load_exported(output)
+    run, names = load_exported(output)
     reference = ServingModel(load_classifier(str(checkpoint), channels_last=False, compile=False)).eval()
     generator = torch.Generator().manual_seed(7)
     for n, height, width in ((3, 37, 29), (7, 24, 52)):  # export.py traced a batch of 2 at another size
@@ -56,7 +59,7 @@ def test_export_matches_pytorch_for_other_batch_and_image_sizes_and_labels_held_
         assert run(images).shape == (n, 3)
         assert (run(images) - expected).abs().max() <= 1e-3 * max(1.0, float(expected.abs().max()))
     # The eval crop and normalisation are in the graph: plain decoded images, each at its own size, get their class.
-    names = reference.classifier.hparams["class_names"]
+    assert names == reference.classifier.hparams["class_names"] == sorted({name for _, name in held})
     correct = sum(names[int(run(decode_image(str(path))[None]).argmax())] == name for path, name in held)
     assert correct >= 0.9 * len(held), f"{correct}/{len(held)} right; chance is 1/3"
 

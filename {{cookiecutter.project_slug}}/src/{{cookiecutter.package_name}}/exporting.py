@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 import warnings
@@ -21,6 +22,8 @@ from .inference import ServingModel
 from .predictions import publish
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}
+# The class of each logit, as a JSON list, inside the file: ONNX metadata_props, or an extra file of the .pt2 archive.
+CLASS_NAMES = "class_names"
 
 
 class ParityError(RuntimeError):
@@ -75,6 +78,7 @@ def _export_onnx(serving: ServingModel, example: Tensor, checks: list[Tensor], p
             external_data=False,
         )
     assert program is not None
+    program.model.metadata_props[CLASS_NAMES] = json.dumps(serving.class_names)
     program.save(str(path))
     import onnxruntime
 
@@ -84,7 +88,7 @@ def _export_onnx(serving: ServingModel, example: Tensor, checks: list[Tensor], p
 
 def _export_program(serving: ServingModel, example: Tensor, checks: list[Tensor], path: Path) -> list[Tensor]:
     program = torch.export.export(serving, (example,), dynamic_shapes=_dynamic_shapes())
-    torch.export.save(program, str(path))
+    torch.export.save(program, str(path), extra_files={CLASS_NAMES: json.dumps(serving.class_names)})
     loaded = torch.export.load(str(path)).module()  # the round trip a serving process makes
     with torch.no_grad():
         return [loaded(b) for b in checks]

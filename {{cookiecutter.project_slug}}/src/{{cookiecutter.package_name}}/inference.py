@@ -92,6 +92,7 @@ class ServingModel(nn.Module):
         super().__init__()
         self.classifier = classifier
         self.image_size, self.crop_pct = int(classifier.hparams["image_size"]), float(classifier.hparams["crop_pct"])
+        self.class_names = [str(name) for name in classifier.hparams["class_names"]]
 
     def forward(self, images: Tensor) -> Tensor:
         # Sizes by tensor arithmetic on the shape, so that N, H and W stay symbolic in the exported graph.
