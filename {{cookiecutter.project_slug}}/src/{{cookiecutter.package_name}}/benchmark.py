@@ -68,7 +68,7 @@ class Spec:
             model=self.model,
             image_size=self.image_size,
             batch_size=self.batch_size,
-            num_workers=0,
+            num_workers=None,  # the default, which only the folder runs use: DeviceBatches need no workers
             max_epochs=1,
             max_steps=self.warmup + self.steps,
             logger="tensorboard",
@@ -166,12 +166,30 @@ def _prepare(spec: Spec, setting: Setting, output_dir: Path) -> tuple[Config, Ha
     return cfg, hw
 
 
-def run_lightning(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
+def run_lightning(
+    spec: Spec, setting: Setting, output_dir: Path, folder: Path | None = None, decode: str = "cpu"
+) -> Timing:
     """The product: ImageClassifier in the Trainer of trainer.build_trainer, its per-step callbacks and logger
-    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here."""
+    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here.
+
+    With `folder`, the batches come from the JPEGs there through the real loader (default worker count), decoded
+    by `decode` ("cpu" or "gpu"): real-data speed, end to end. Without, from DeviceBatches: the training alone."""
     cfg, hw = _prepare(spec, setting, output_dir)
-    data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
-    data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
+    data: ImageDataModule
+    if folder is None:
+        data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
+        data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
+    else:
+        data = ImageDataModule(
+            data="folder",
+            data_dir=str(folder),
+            image_size=spec.image_size,
+            batch_size=spec.batch_size,
+            num_workers=hw.num_workers,
+            pin_memory=hw.pin_memory,
+            channels_last=hw.channels_last,
+            decode=decode,
+        )
     model = ImageClassifier.from_config(cfg, hw, spec.num_classes)
     clock = Clock(spec)
     callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
