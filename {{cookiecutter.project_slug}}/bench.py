@@ -161,7 +161,7 @@ def table(results: dict[str, Any]) -> str:
     for row in results["loader"]:
         pinned = "pinned" if row["pin_memory"] else "pageable"
         lines.append(
-            f"loader {row['data']:<10} {row['workers']} workers, {pinned:<9}{row['samples_per_s']:>10.1f} samples/s"
+            f"loader {row['data']:<18} {row['workers']:>2} workers, {pinned:<9}{row['samples_per_s']:>10.1f} samples/s"
         )
     return "\n".join(lines)
 
