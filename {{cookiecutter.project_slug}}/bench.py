@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import shlex
@@ -28,6 +27,7 @@ import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from {{ cookiecutter.package_name }} import hardware, loader_benchmark
+from {{ cookiecutter.package_name }}.bench_report import table, write_json
 from {{ cookiecutter.package_name }}.benchmark import (
     Setting,
     Spec,
@@ -35,11 +35,11 @@ from {{ cookiecutter.package_name }}.benchmark import (
     flops_per_batch,
     peak_flops,
     run_lightning,
-    run_plain,
 )
 from {{ cookiecutter.package_name }}.cli import fail
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.decoding import torchcodec_available
+from {{ cookiecutter.package_name }}.plain_loop import run_plain
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {
@@ -132,40 +132,6 @@ def device_name(device: str) -> str:
     return f"{models[0] if models else 'CPU'} ({os.cpu_count()} threads)" if cpuinfo.exists() else "CPU"
 
 
-def table(results: dict[str, Any]) -> str:
-    naive = next((r["images_per_s"] for r in results["settings"] if r["name"] == "fp32"), None)
-    lines = [
-        f"{results['device']} | torch {results['torch']} | lightning {results['lightning']} | {results['model']} "
-        f"{results['image_size']} px, batch {results['batch_size']} | {results['warmup']} warm-up + "
-        f"{results['steps']} timed steps"
-    ]
-    if results["settings"]:
-        lines.append(
-            f"{'setting':<26}{'img/s':>10}{'x fp32':>8}{'step ms':>9}{'start-up s':>12}{'peak GiB':>10}{'MFU':>7}"
-        )
-    for row in [*results["settings"], *([results["plain"]] if results["plain"] else [])]:
-        label = row["name"] + (" (default)" if row.get("default") else "")
-        speedup = "-" if naive is None else f"{row['images_per_s'] / naive:.2f}"
-        memory = "n/a" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.2f}"
-        mfu = "n/a" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
-        lines.append(
-            f"{label:<26}{row['images_per_s']:>10.1f}{speedup:>8}{row['step_ms']:>9.1f}{row['startup_s']:>12.1f}"
-            f"{memory:>10}{mfu:>7}"
-        )
-    if results["plain"]:
-        lines.append(f"Lightning / plain PyTorch throughput: {results['lightning_over_plain']:.3f}")
-    synthetic = next((r["images_per_s"] for r in results["settings"] if r.get("default")), None)
-    for row in results["folder"]:
-        versus = "" if synthetic is None else f" = {row['images_per_s'] / synthetic:.2f}x synthetic"
-        lines.append(f"{row['name']:<40}{row['images_per_s']:>10.1f} img/s{versus}")
-    for row in results["loader"]:
-        pinned = "pinned" if row["pin_memory"] else "pageable"
-        lines.append(
-            f"loader {row['data']:<18} {row['workers']:>2} workers, {pinned:<9}{row['samples_per_s']:>10.1f} samples/s"
-        )
-    return "\n".join(lines)
-
-
 def measure(
     args: argparse.Namespace, spec: Spec, command: str, save: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
@@ -230,13 +196,6 @@ def measure(
     results["finished"] = True
     save(results)
     return results
-
-
-def write_json(path: Path, results: dict[str, Any]) -> None:
-    """Written to a temporary file and renamed over the old one: a kill mid-write leaves the previous rows whole."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(partial, path)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -66,12 +66,12 @@ def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path)
     OOM kill, a crash in a late stage) leaves a valid file with the rows done so far."""
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(ROOT / "bench.py"), *TINY, "--steps=10", f"--json={out}"]
+    command = [sys.executable, str(ROOT / "bench.py"), *TINY, f"--json={out}"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and process.poll() is None:
-            if out.exists() and len(json.loads(out.read_text())["settings"]) >= 2:
+            if out.exists() and json.loads(out.read_text())["settings"]:
                 break
             time.sleep(0.05)
         os.killpg(process.pid, signal.SIGKILL)
@@ -80,8 +80,8 @@ def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path)
     assert process.returncode == -signal.SIGKILL, "killed before the end, or the test shows nothing"
     results = json.loads(out.read_text())
     assert not results["finished"] and b"results:" not in stdout
-    assert [row["name"] for row in results["settings"]][:2] == ["fp32", "fp32+cl"]
-    assert all(row["images_per_s"] > 0 for row in results["settings"])
+    assert [row["name"] for row in results["settings"]][:1] == ["fp32"], "the first setting, measured and kept"
+    assert all(row["images_per_s"] > 0 for row in results["settings"]) and results["loader"] == []
 
 
 def test_profile_writes_a_trace_and_a_kernel_table(tiny_args: list[str], tmp_path: Path) -> None:
