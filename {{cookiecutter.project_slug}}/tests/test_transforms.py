@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import math
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from torchvision.transforms.v2 import functional as TF
 from {{ cookiecutter.package_name }} import decoding
 from {{ cookiecutter.package_name }}.transforms import (
     UnreadableImageError,
+    crop_resize,
     decode_each,
     decode_rgb,
     eval_transform,
@@ -185,23 +185,19 @@ def test_eval_is_deterministic_and_matches_resize_then_centre_crop(device: str) 
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_train_transform_gives_the_same_crops_on_any_device_from_the_same_seed(device: str) -> None:
+def test_train_transform_on_any_device_is_the_cpu_crop_of_its_boxes_maybe_flipped(device: str) -> None:
     images = [TF.pil_to_tensor(photo(60, 80, seed=1)), TF.pil_to_tensor(photo(40, 70, seed=2))]
     batch, sizes = pad_images(images)
     torch.manual_seed(3)
-    boxes_cpu = random_resized_boxes(sizes)
+    boxes = random_resized_boxes(sizes.to(device))  # what train_transform draws first from the same generator
     torch.manual_seed(3)
     out = train_transform(batch.to(device), sizes.to(device), image_size=24)
     assert out.shape == (2, 3, 24, 24) and out.device.type == device and out.min() >= 0 and out.max() <= 255
-    if device == "cpu":  # the same generator draws the same boxes; the output is the crop, maybe flipped
-        from {{ cookiecutter.package_name }}.transforms import crop_resize
-
-        crops = crop_resize(batch, boxes_cpu, 24)
-        for got, crop in zip(out, crops, strict=True):
-            assert torch.allclose(got, crop) or torch.allclose(got, crop.flip(-1))
+    reference = crop_resize(batch, boxes.cpu(), 24)  # roi_align on the CPU
+    for got, crop in zip(out.cpu(), reference, strict=True):
+        assert torch.allclose(got, crop, atol=1e-2) or torch.allclose(got, crop.flip(-1), atol=1e-2)
     torch.manual_seed(3)
     assert torch.equal(out, train_transform(batch.to(device), sizes.to(device), image_size=24)), "seeded = repeatable"
-    assert not math.isnan(float(out.mean()))
 
 
 BLOCK_TORCHCODEC = """

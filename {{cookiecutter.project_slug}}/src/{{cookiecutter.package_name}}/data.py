@@ -6,7 +6,6 @@ loader from being the bottleneck.
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from .transforms import (
     decode_each,
     eval_transform,
     limit_size,
+    max_side,
     pad_images,
     split_bytes,
     train_transform,
@@ -127,9 +127,7 @@ class ImageDataModule(L.LightningDataModule):
 
     @property
     def max_side(self) -> int:
-        """Decoded photos are shrunk to this shorter side: twice the eval resize, enough for all but the smallest
-        random crops, and a batch of mixed sizes pads to a bounded size (ImageNet has 4000 px photos)."""
-        return math.ceil(2 * self.hparams["image_size"] / self.crop_pct)
+        return max_side(self.hparams["image_size"], self.crop_pct)
 
     def prepare_data(self) -> None:
         # Runs on one process per node, so parallel ranks never download over each other.

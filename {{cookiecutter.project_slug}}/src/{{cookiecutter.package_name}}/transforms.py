@@ -36,6 +36,7 @@ __all__ = [
     "eval_transform",
     "gpu_decodable",
     "limit_size",
+    "max_side",
     "pad_images",
     "random_resized_boxes",
     "read_bytes",
@@ -130,6 +131,13 @@ def pad_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
         batch[n, :, :, w:] = batch[n, :, :, w - 1 : w]
     sizes = torch.tensor([list(i.shape[-2:]) for i in images], dtype=torch.int64, device=images[0].device)
     return batch, sizes
+
+
+def max_side(image_size: int, crop_pct: float = CROP_PCT) -> int:
+    """The shorter side decoded photos are shrunk to: twice the eval resize, enough for all but the smallest random
+    crops, and a batch of mixed sizes pads to a bounded size (ImageNet has 4000 px photos). Prediction must use the
+    same, to see what validation saw."""
+    return math.ceil(2 * image_size / crop_pct)
 
 
 def limit_size(image: Tensor, max_side: int) -> Tensor:
