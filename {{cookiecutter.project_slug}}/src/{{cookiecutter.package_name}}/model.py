@@ -105,6 +105,10 @@ class ImageClassifier(L.LightningModule):
         )
         if cfg.pretrained:
             load_pretrained(model.net, cfg.model, cfg.pretrained, model.head, cfg.image_size)
+            with torch.no_grad():  # a zero head sends no random gradient into the pretrained features at the start
+                for name, tensor in model.net.named_parameters():
+                    if name in model.head:
+                        tensor.zero_()
             trained_at = preprocessing(cfg.model)["input_size"]
             if cfg.image_size * 2 <= trained_at:
                 note(
