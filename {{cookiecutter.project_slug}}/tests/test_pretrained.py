@@ -49,7 +49,7 @@ def test_a_weights_file_fills_every_backbone_tensor_and_the_head_is_new(
             assert torch.equal(loaded[name], saved[name]), name
     assert isinstance(model.net.conv1, nn.Conv2d) and model.net.conv1.kernel_size == (7, 7), "stem left alone"
     note = capsys.readouterr().out.strip().splitlines()
-    assert len(note) == 1 and "pretrained on 224 px" in note[0] and "--image-size" in note[0]
+    assert len(note) == 1 and "keeps its own stem" in note[0] and "a larger --image-size" in note[0]
 
 
 @pytest.mark.parametrize(
