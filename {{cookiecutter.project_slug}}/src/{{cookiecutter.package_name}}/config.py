@@ -79,7 +79,7 @@ class Config:
         "or a .pt/.pth/.safetensors state_dict file",
         const="default",
     )
-    backbone_lr_scale: float = opt(0.1, "with --pretrained: the backbone's peak LR = --lr x this; the new head's = --lr")
+    backbone_lr_scale: float = opt(0.1, "with --pretrained: backbone peak LR = --lr x this; the new head's = --lr")
     freeze_epochs: int = opt(1, "with --pretrained: epochs training only the new head (backbone, its BatchNorm frozen)")
     ema: bool = opt(False, "validate and checkpoint an exponential moving average of the weights")
     ema_decay: float = opt(0.999, "--ema: the old average's weight per step; it spans about 1/(1-decay) steps")

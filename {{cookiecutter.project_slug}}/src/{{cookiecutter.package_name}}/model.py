@@ -19,7 +19,7 @@ from . import finetune
 from .config import Config, ConfigError
 from .hardware import Hardware
 from .networks import block_types, build_network, check_image_size, head_names, note, preprocessing
-from .weights import load_pretrained
+from .weights import LIBRARY, load_pretrained
 
 __all__ = ["Batch", "ImageClassifier", "block_types", "build_network"]
 
@@ -105,11 +105,17 @@ class ImageClassifier(L.LightningModule):
         )
         if cfg.pretrained:
             load_pretrained(model.net, cfg.model, cfg.pretrained, model.head, cfg.image_size)
+            with torch.no_grad():  # a zero head sends no random gradient into the pretrained features at the start
+                for name, tensor in model.net.named_parameters():
+                    if name in model.head:
+                        tensor.zero_()
             trained_at = preprocessing(cfg.model)["input_size"]
-            if cfg.image_size * 2 <= trained_at:
+            # 64 px: below it, an unpretrained network would have had its stem made gentler (networks.build_network)
+            if cfg.image_size <= 64 or (cfg.pretrained == LIBRARY and cfg.image_size * 2 <= trained_at):
                 note(
-                    f"{cfg.model} was pretrained on {trained_at} px images and keeps its ImageNet stem; at "
-                    f"{cfg.image_size} px its features are coarse: a larger --image-size (e.g. {trained_at}) suits it"
+                    f"with pretrained weights {cfg.model} keeps its own stem (no small-image change); at "
+                    f"{cfg.image_size} px its features are coarse: a larger --image-size suits it ({trained_at} px "
+                    "for the library's weights)"
                 )
         return model
 
