@@ -40,6 +40,7 @@ from {{ cookiecutter.package_name }}.cli import fail
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.decoding import torchcodec_available
 from {{ cookiecutter.package_name }}.plain_loop import run_plain
+from {{ cookiecutter.package_name }}.predict_benchmark import run_plain_predict, run_predict
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {
@@ -110,8 +111,8 @@ def default_setting(spec: Spec) -> Setting:
 
 
 def select(settings: list[Setting], only: str | None) -> tuple[list[Setting], set[str]]:
-    """The settings asked for, and which of the real-data parts ('folder', 'loader')."""
-    parts = {"folder", "loader"}
+    """The settings asked for, and which of the real-data parts ('folder', 'loader', 'predict')."""
+    parts = {"folder", "loader", "predict"}
     if only is None:
         return settings, parts
     names = [name.strip() for name in only.split(",") if name.strip()]
@@ -158,6 +159,7 @@ def measure(
         "lightning_over_plain": None,
         "folder": [],
         "loader": [],
+        "predict": [],
     }
     save(results)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
@@ -184,6 +186,12 @@ def measure(
             for decode in ("cpu", "gpu") if gpu else ("cpu",):
                 name = f"{default.name}, folder JPEGs, {decode} decode"
                 results["folder"].append(row(run_lightning, default, name, folder=photos, decode=decode))
+                save(results)
+        if "predict" in parts:  # predict.py's path and a plain inference_mode loop, on the same JPEGs
+            photos = Path(workdir, "predict-photos")
+            loader_benchmark.write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
+            for run, name in ((run_predict, "predict.py path"), (run_plain_predict, "plain inference_mode loop")):
+                results["predict"].append(row(run, default, f"{name}, {default.name}", folder=photos) | {"mfu": None})
                 save(results)
         if "loader" in parts:
             device = torch.device(spec.device)

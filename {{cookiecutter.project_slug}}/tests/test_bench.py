@@ -37,9 +37,12 @@ def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_load
     loaders = {(row["data"], row["workers"], row["pin_memory"]) for row in results["loader"]}
     assert {("synthetic", 0, False), ("folder cpu-decode", 0, False)} <= loaders
     assert all(row["samples_per_s"] > 0 for row in results["loader"]) and results["finished"]
+    predict = [(row["name"], row["images_per_s"] > 0) for row in results["predict"]]
+    assert predict == [(f"predict.py path, {default}", True), (f"plain inference_mode loop, {default}", True)]
     assert results["torch"] and results["lightning"] and results["command"].startswith("python bench.py --device=cpu")
     printed = capsys.readouterr().out
     assert "Lightning / plain PyTorch throughput:" in printed
+    assert "Lightning / plain PyTorch inference throughput:" in printed
     expected = [f"{default} (default)", f"plain PyTorch, {default}", "loader folder cpu-decode", "x synthetic"]
     for name in [*names, *expected]:
         assert name in printed
@@ -58,7 +61,7 @@ def test_an_unknown_setting_fails_in_one_line_with_the_valid_names(capsys: pytes
         bench.main([*TINY, "--only=fp64"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --only: 'fp64' is not one of: fp32, fp32+cl, bf16, bf16+cl, folder, loader"]
+    assert err == ["error: --only: 'fp64' is not one of: fp32, fp32+cl, bf16, bf16+cl, folder, loader, predict"]
 
 
 def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path) -> None:

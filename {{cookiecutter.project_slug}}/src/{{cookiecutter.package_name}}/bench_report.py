@@ -34,6 +34,11 @@ def table(results: dict[str, Any]) -> str:
     for row in results["folder"]:
         versus = "" if synthetic is None else f" = {row['images_per_s'] / synthetic:.2f}x synthetic"
         lines.append(f"{row['name']:<40}{row['images_per_s']:>10.1f} img/s{versus}")
+    for row in results.get("predict", []):
+        lines.append(f"{row['name']:<40}{row['images_per_s']:>10.1f} img/s")
+    if len(results.get("predict", [])) == 2:
+        lightning_path, plain = (row["images_per_s"] for row in results["predict"])
+        lines.append(f"Lightning / plain PyTorch inference throughput: {lightning_path / plain:.3f}")
     for row in results["loader"]:
         pinned = "pinned" if row["pin_memory"] else "pageable"
         lines.append(

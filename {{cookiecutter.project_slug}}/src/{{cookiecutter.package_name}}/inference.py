@@ -6,7 +6,6 @@ classifier's own forward, which normalises with the mean/std the checkpoint carr
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from torch import Tensor, nn
 from .config import ConfigError
 from .guards import check_checkpoint
 from .model import ImageClassifier
-from .transforms import ImageFiles, eval_transform
+from .transforms import ImageFiles, eval_transform, max_side
 
 # What predict.py and export.py need from a checkpoint's hparams besides the weights (train.py saves them all).
 REQUIRED_HPARAMS = ("model", "class_names", "image_size", "mean", "std", "crop_pct")
@@ -52,13 +51,13 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
 
 
 def image_files(paths: list[Path], image_size: int, crop_pct: float) -> ImageFiles:
-    """The files as validation reads them: decoded in the loader workers, shorter side limited as ImageDataModule does
-    (twice the eval resize), an unreadable one skipped with a warning naming it and the next taking its place.
+    """The files as validation reads them: decoded in the loader workers, shorter side limited to the same max_side,
+    an unreadable one skipped with a warning naming it and the next taking its place.
 
     Each file's "label" is its position in `paths`, so collate_images batches carry which file each image really is:
     positions can repeat where a file was skipped, and the skipped one's is absent."""
     positions = list(range(len(paths)))
-    return ImageFiles([str(p) for p in paths], positions, mode="decoded", max_side=math.ceil(2 * image_size / crop_pct))
+    return ImageFiles([str(p) for p in paths], positions, mode="decoded", max_side=max_side(image_size, crop_pct))
 
 
 class Predictor(L.LightningModule):
