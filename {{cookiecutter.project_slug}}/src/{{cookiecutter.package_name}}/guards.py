@@ -25,23 +25,23 @@ from .config import Config, ConfigError
 from .resume import StopOnSignal
 
 
-def check_checkpoint(path: Path, option: str = "resume") -> Any:
+def check_checkpoint(path: Path) -> None:
     """Refuse, before anything starts, a checkpoint that is not only tensors and plain Python values.
 
     Lightning is asked to load with weights_only=True, which never runs code from the file; this reads the file the
     same way first, so a refusal or a damaged file is one line instead of a traceback from inside `fit`.
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         what = f"a pickled {found.group(1)}" if found else "pickled objects"
         raise ConfigError(
-            option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
+            "resume", f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
         ) from None
     except (RuntimeError, OSError, EOFError) as err:
         reason = str(err).strip().splitlines()[0]
-        raise ConfigError(option, f"{path} is not a readable checkpoint ({reason}); give another one") from None
+        raise ConfigError("resume", f"{path} is not a readable checkpoint ({reason}); give another one") from None
 
 
 class NonFiniteLossError(RuntimeError):
