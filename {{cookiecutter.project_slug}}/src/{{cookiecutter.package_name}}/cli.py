@@ -29,12 +29,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _converter(annotation: Any) -> Callable[[str], Any]:
-    """str -> value for a field's type; `X | None` also accepts 'none' (and 'auto' for the unset default)."""
+    """str -> value for a field's type; `X | None` also accepts 'none', and 'auto' for the unset default of a number.
+
+    A text field keeps 'auto' as it is: `--resume auto` is a value, not the absence of one.
+    """
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if args else annotation
 
     def convert(text: str) -> Any:
-        if args and text.lower() in ("none", "null", "auto"):
+        if args and (text.lower() in ("none", "null") or (text.lower() == "auto" and base is not str)):
             return None
         if base is bool:
             if text.lower() in _TRUE + _FALSE:
@@ -59,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+        # argparse %-formats help texts (for %(default)s), so a literal % must be doubled
+        help_text = f.metadata["help"].replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": help_text}
         if f.metadata["choices"]:
             kwargs["metavar"] = "{" + ",".join(f.metadata["choices"]) + "}"
         if bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:

@@ -24,7 +24,7 @@ from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as TF
 
 from .config import ConfigError
-from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
+from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler, ignore_stop_signals
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -210,6 +210,7 @@ class ImageDataModule(L.LightningDataModule):
             pin_memory=hp["pin_memory"],
             persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
             generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
+            worker_init_fn=ignore_stop_signals,  # a SIGTERM to the process group must not kill them before the save
         )
         if split != "train":
             return DataLoader(dataset, batch_size=hp["batch_size"], **options)
