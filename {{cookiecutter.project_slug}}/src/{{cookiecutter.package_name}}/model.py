@@ -22,11 +22,10 @@ Batch = tuple[Tensor, Tensor]
 
 
 def build_network(name: str, num_classes: int, image_size: int) -> nn.Module:
-    try:
-        net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    except ValueError:
-        valid = ", ".join(torchvision.models.list_models(torchvision.models))
-        raise ConfigError("model", f"unknown model {name!r}; torchvision has: {valid}") from None
+    classifiers = torchvision.models.list_models(torchvision.models)  # detection, video, flow models live elsewhere
+    if name not in classifiers:
+        raise ConfigError("model", f"{name!r} is not a torchvision classification model; choose one of: {', '.join(classifiers)}")
+    net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     if image_size <= 64 and isinstance(getattr(net, "conv1", None), nn.Conv2d) and hasattr(net, "maxpool"):
         # A 7x7/2 conv plus max-pool shrinks a tiny image 4x before the first block; a 3x3/2 stem without the pool
         # halves it once, keeping 4x the resolution (stride 1 would gain ~2% on CIFAR-10 for 4x the compute).
@@ -44,6 +43,8 @@ def check_image_size(name: str, num_classes: int, image_size: int) -> None:
                 build_network(name, num_classes, size)(torch.empty(2, 3, size, size))
             except NotImplementedError:
                 return True  # an op without a meta kernel: leave the verdict to the real run
+            except ConfigError:
+                raise  # a ValueError too, but about --model, not the size
             except (RuntimeError, ValueError, AssertionError):  # what conv, pool and ViT's size check raise
                 return False
         return True
