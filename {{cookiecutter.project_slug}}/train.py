@@ -63,17 +63,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             check_enough_data(datamodule, cfg.batch_size, hw.world_size)
     except ConfigError as err:
         fail(str(err))
-    if getattr(rank_zero_only, "rank", 0) == 0:  # known from the launcher's environment before the Trainer exists
-        print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+    rank_zero = getattr(rank_zero_only, "rank", 0) == 0  # known from the launcher's environment before the Trainer
+    with hold_output_dir(cfg, rank_zero):  # one run at a time in an --output-dir
+        if rank_zero:
+            print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+        hardware.apply_backend_flags(cfg)
+        if cfg.profile:
+            from {{ cookiecutter.package_name }}.profiling import profile
 
-    hardware.apply_backend_flags(cfg)
-    if cfg.profile:
-        from {{ cookiecutter.package_name }}.profiling import profile
-
-        return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
-    logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in the same run
-    trainer = build_trainer(cfg, hw, wrap=block_types(model.net), logger_version=logger_version)
-    with hold_output_dir(cfg, trainer.is_global_zero):  # one run at a time in an --output-dir
+            return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
+        logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
+        trainer = build_trainer(cfg, hw, wrap=block_types(model.net), logger_version=logger_version)
         return _fit_and_test(cfg, hw, trainer, model, datamodule, ckpt)
 
 

@@ -88,7 +88,7 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "resume from nowhere": (lambda tmp: ["--resume", str(tmp / "gone.ckpt")], "--resume: no checkpoint at"),
     "resume from a damaged file": (
         lambda tmp: ["--resume", str(corrupt_checkpoint(tmp))],
-        "is not a readable checkpoint",
+        "is not a checkpoint written by torch.save (not a zip archive: truncated",
     ),
     # issue 10, item 6-9: each was a traceback, a hang or a silent wrong result
     "log every 0 steps": (lambda _: ["--log-every-n-steps", "0"], "--log-every-n-steps: must be a positive integer"),
