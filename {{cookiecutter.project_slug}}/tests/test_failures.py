@@ -43,6 +43,12 @@ def corrupt_checkpoint(tmp_path: Path) -> Path:
     return tmp_path / "cut.ckpt"
 
 
+def earlier_run(tmp_path: Path) -> Path:
+    (tmp_path / "earlier" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "earlier" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return tmp_path / "earlier"
+
+
 # Each case: extra flags (given tmp_path) and what the one error line must say. All fail before the run starts.
 BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "more devices than the machine": (
@@ -134,6 +140,10 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
         "cannot be created: ",
     ),
     "output dir in a read-only place": (lambda _: ["--output-dir=/proc/run"], "--output-dir: cannot write in /proc"),
+    "output dir of another run, no --resume": (
+        lambda tmp: [f"--output-dir={earlier_run(tmp)}"],
+        "already holds a run (",
+    ),
 }
 
 

@@ -60,7 +60,7 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of
         assert got["global_step"] == expected["global_step"] == 8
         for name, weight in expected["state_dict"].items():
             assert torch.equal(got["state_dict"][name], weight), f"{interruption}: {name}"
-        for metric in ("train/loss", "val/loss", "val/acc", "test/loss"):
+        for metric in ("train/loss", "train/acc", "val/loss", "val/acc", "test/loss"):
             assert metrics[metric] == expected_metrics[metric], f"{interruption}: {metric}"
 
 
