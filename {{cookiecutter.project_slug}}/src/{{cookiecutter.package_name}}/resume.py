@@ -130,29 +130,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def metric_states(module: torch.nn.Module) -> dict[str, dict[str, torch.Tensor]]:
-    """The accumulated tensor states of every torchmetrics metric in `module` that has been updated."""
-    from torchmetrics import Metric
-
-    return {
-        name: {key: value.detach().clone() for key, value in metric.metric_state.items() if torch.is_tensor(value)}
-        for name, metric in module.named_modules()
-        if isinstance(metric, Metric) and metric.update_count
-    }
-
-
-def set_metric_states(module: torch.nn.Module, states: dict[str, dict[str, torch.Tensor]]) -> None:
-    metrics = dict(module.named_modules())
-    for name, state in states.items():
-        metric = metrics.get(name)
-        if metric is None:
-            continue
-        for key, value in state.items():
-            setattr(metric, key, value.to(getattr(metric, key).device))
-        metric._update_count = max(1, metric._update_count)  # type: ignore[assignment]
-        metric._computed = None
-
-
 class ExactResume(Callback):
     """Puts the random generators and the train loader's position in checkpoints, and restores both at train start.
 
@@ -174,7 +151,6 @@ class ExactResume(Callback):
             "rng": rng_state(),
             "train_loader": position,
             "logger_version": version,
-            "metrics": metric_states(pl_module),
         }
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -188,10 +164,6 @@ class ExactResume(Callback):
         loader = trainer.train_dataloader
         if isinstance(loader, ResumableLoader) and saved["train_loader"] is not None:
             loader.load_state_dict(saved["train_loader"])
-            # Mid-epoch, the epoch's running metrics (training accuracy) go on from where they were. Under DDP each
-            # rank counted its own share and only rank 0's was saved, so there the epoch counts from the resume on.
-            if loader.batch_sampler.skip and trainer.world_size == 1:  # type: ignore[union-attr]
-                set_metric_states(pl_module, saved.get("metrics") or {})
 
 
 class StopOnSignal(Callback):
