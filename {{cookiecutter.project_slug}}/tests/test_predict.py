@@ -15,6 +15,7 @@ import torch
 from trained_model import run_script, trained_checkpoint
 
 import predict
+from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS
 
 Held = list[tuple[Path, str]]
 
@@ -104,9 +105,13 @@ def read_only_folder(tmp_path: Path) -> Path:
 
 BAD_INPUTS = {
     "missing checkpoint": (["--checkpoint={tmp}/nope.ckpt"], "--checkpoint: no file at"),
-    "not our checkpoint": (["--checkpoint={tmp}/other.ckpt"], "--checkpoint: .* is not a checkpoint of this project"),
+    "not a Lightning checkpoint": (["--checkpoint={tmp}/weights.ckpt"], "--checkpoint: .*weights.ckpt is not a "),
+    "another project's checkpoint": (
+        ["--checkpoint={tmp}/other.ckpt"],
+        f"--checkpoint: .* is not a checkpoint of this project's train.py \\(its hparams lack {', '.join(REQUIRED_HPARAMS)}",
+    ),
     "a pickle": (["--checkpoint={tmp}/pickle.ckpt"], "--checkpoint: .* holds a pickled argparse.Namespace"),
-    "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .* is not a readable checkpoint"),
+    "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .*text.ckpt is not a "),
     "folder without images": (["{tmp}/empty"], "INPUT: no images in .*empty"),
     "missing input": (["{tmp}/nowhere.png"], "INPUT: .*nowhere.png: no such file or folder"),
     "output in a missing folder": (["--output={tmp}/missing/p.csv"], "--output: folder .*missing does not exist"),
@@ -121,7 +126,9 @@ def test_each_bad_input_is_one_line_exit_2_and_nothing_written(
     case: str, trained: tuple[Path, Held], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     checkpoint, held = trained
-    torch.save({"state_dict": {"weight": torch.zeros(2)}, "epoch": 3}, tmp_path / "other.ckpt")
+    torch.save({"weight": torch.zeros(2)}, tmp_path / "weights.ckpt")
+    lightning = {"global_step": 5, "loops": {}, "optimizer_states": [], "epoch": 0}  # as Lightning saves, but not ours
+    torch.save({"state_dict": {}, **lightning, "hyper_parameters": {"lr": 0.1}}, tmp_path / "other.ckpt")
     torch.save({"hyper_parameters": argparse.Namespace(lr=0.1)}, tmp_path / "pickle.ckpt")
     (tmp_path / "text.ckpt").write_text("not a checkpoint\n")
     (tmp_path / "empty").mkdir()

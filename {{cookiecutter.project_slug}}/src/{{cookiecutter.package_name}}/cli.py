@@ -30,12 +30,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _converter(annotation: Any) -> Callable[[str], Any]:
-    """str -> value for a field's type; `X | None` also accepts 'none' (and 'auto' for the unset default)."""
+    """str -> value for a field's type; `X | None` also accepts 'none', and 'auto' for the unset default of a number.
+
+    A text field keeps 'auto' as it is: `--resume auto` is a value, not the absence of one.
+    """
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if args else annotation
 
     def convert(text: str) -> Any:
-        if args and text.lower() in ("none", "null", "auto"):
+        if args and (text.lower() in ("none", "null") or (text.lower() == "auto" and base is not str)):
             return None
         if base is bool:
             if text.lower() in _TRUE + _FALSE:
@@ -63,7 +66,9 @@ def build_parser(schema: type = Config, prog: str = "train.py", description: str
             parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
             continue
         flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+        # argparse %-formats help texts (for %(default)s), so a literal % must be doubled
+        help_text = f.metadata["help"].replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": help_text}
         if f.metadata.get("const") is not None:  # a flag whose value may be left out, like --pretrained [PATH]
             kwargs.update(nargs="?", const=f.metadata["const"])
         if f.metadata["choices"]:

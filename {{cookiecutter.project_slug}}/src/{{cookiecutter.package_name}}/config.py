@@ -6,6 +6,9 @@ This module imports neither torch nor lightning, so `train.py --help` and bad fl
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +19,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATA_SOURCES = ("synthetic", "cifar10", "folder")
 DECODERS = ("auto", "cpu", "gpu")
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage sees less than a pixel
 LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
 
 
@@ -101,6 +105,11 @@ class Config:
     )
     logger: str = opt("{{ cookiecutter.logger }}", "experiment tracker", LOGGERS)
     log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
+    checkpoint_every: str = opt(
+        "30min",
+        "also save last.ckpt mid-epoch this often: '30min', '2h', '500steps', both ('30min,500steps') or 'off'; "
+        "bounds what a hard kill (OOM killer, node loss) loses",
+    )
     fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")
     profile: bool = opt(False, "profile 5 steps after warm-up and stop; trace and kernel table in <output-dir>/profile")
 
@@ -110,12 +119,26 @@ class Config:
             if f.metadata["choices"] and value not in f.metadata["choices"]:
                 raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
         parse_devices(self.devices)
-        positive = ("num_nodes", "image_size", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
-        for name in positive:
+        positive = ("num_nodes", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
+        for name in (*positive, "log_every_n_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be a positive integer, got {getattr(self, name)}")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ConfigError(
+                "image_size", f"must be from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} px, got {self.image_size}"
+            )
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError("seed", f"must be from 0 to {2**32 - 1} (what NumPy can seed), got {self.seed}")
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if self.num_workers is not None and not 0 <= self.num_workers <= cpus:
+            # each worker is a process holding a copy of the dataset: more than the CPUs only costs memory
+            raise ConfigError(
+                "num_workers", f"must be from 0 to the {cpus} CPUs this process may use, got {self.num_workers}"
+            )
+        for name in ("lr", "weight_decay", "gradient_clip_val", "warmup_fraction"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(name, f"must be a finite number, got {getattr(self, name)}")
+        parse_every(self.checkpoint_every)
         if self.max_steps < -1 or self.max_steps == 0:
             raise ConfigError("max_steps", f"must be positive or -1 (no limit), got {self.max_steps}")
         if not self.lr > 0:
@@ -132,6 +155,29 @@ class Config:
         if self.weight_decay < 0 or self.gradient_clip_val < 0:
             bad = "weight_decay" if self.weight_decay < 0 else "gradient_clip_val"
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
+
+
+def parse_every(text: str) -> tuple[int | None, float | None]:
+    """'30min' -> (None, 1800.0), '500steps' -> (500, None), '1h,200steps' -> (200, 3600.0), 'off' -> (None, None)."""
+    steps: int | None = None
+    seconds: float | None = None
+    if text.strip().lower() in ("off", "none", "epoch"):
+        return steps, seconds
+    for part in text.lower().replace(" ", "").split(","):
+        found = re.fullmatch(r"(\d+(?:\.\d+)?)(steps?|s|sec|min|m|h)", part)
+        if found is None or float(found.group(1)) <= 0 or (found.group(2).startswith("step") and steps is not None):
+            raise ConfigError(
+                "checkpoint_every",
+                f"expected e.g. '30min', '2h', '90s', '500steps', '30min,500steps' or 'off'; got {text!r}",
+            )
+        number, unit = float(found.group(1)), found.group(2)
+        if unit.startswith("step"):
+            if not number.is_integer():
+                raise ConfigError("checkpoint_every", f"a whole number of steps, got {text!r}")
+            steps = int(number)
+        else:
+            seconds = number * {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}[unit]
+    return steps, seconds
 
 
 def parse_devices(value: str) -> int | list[int] | str:

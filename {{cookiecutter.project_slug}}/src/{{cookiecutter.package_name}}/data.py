@@ -20,7 +20,7 @@ from torchvision.datasets.folder import make_dataset
 
 from .config import ConfigError
 from .hardware import worker_context
-from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
+from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler, ignore_stop_signals
 from .sources import CIFAR10_CLASSES, SHAPES, make_shapes, read_cifar10
 from .transforms import (
     CROP_PCT,
@@ -168,6 +168,7 @@ class ImageDataModule(L.LightningDataModule):
             persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
             generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
             multiprocessing_context=worker_context() if hp["num_workers"] > 0 else None,
+            worker_init_fn=ignore_stop_signals,  # a SIGTERM to the process group must not kill them before the save
         )
         if isinstance(dataset, ImageFiles):
             options["collate_fn"] = collate_bytes if dataset.mode == "bytes" else collate_images
