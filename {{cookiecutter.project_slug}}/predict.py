@@ -48,9 +48,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from {{ cookiecutter.package_name }}.trainer import build_trainer
     from {{ cookiecutter.package_name }}.transforms import UnreadableImageError, collate_images
 
-    # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
-    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
-
     try:
         paths = collect_images(cfg.inputs)
     except InputError as err:
@@ -102,4 +99,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
+    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
     main()
