@@ -18,6 +18,8 @@ import predict
 from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS
 
 Held = list[tuple[Path, str]]
+# Pinned, not left to the bake's defaults (which may be 16-mixed, a CUDA-only precision), as in conftest's tiny_args.
+CPU = ["--accelerator=cpu", "--precision=32-true"]
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +46,7 @@ def test_predict_labels_held_out_images_one_row_per_input_in_order_skipping_an_u
     output = tmp_path / "predictions.csv"
 
     args = ["--checkpoint", str(checkpoint), str(tmp_path / "list.txt"), str(folder), str(single)]
-    result = run_script("predict.py", *args, f"--output={output}", "--accelerator=cpu", "--batch-size=8")
+    result = run_script("predict.py", *args, f"--output={output}", *CPU, "--batch-size=8")
     assert result.returncode == 0, result.stderr[-3000:]
 
     rows = read_csv(output)
@@ -71,7 +73,7 @@ def test_two_cpu_processes_predict_every_image_exactly_once_in_input_order(
     output = tmp_path / "predictions.csv"
 
     args = ["--checkpoint", str(checkpoint), str(tmp_path / "list.txt"), f"--output={output}", "--top-k=1"]
-    result = run_script("predict.py", *args, "--accelerator=cpu", "--devices=2", "--batch-size=4")
+    result = run_script("predict.py", *args, *CPU, "--devices=2", "--batch-size=4")
     assert result.returncode == 0, result.stderr[-3000:]
 
     assert "cpu x2" in result.stdout
@@ -86,7 +88,7 @@ def test_jsonl_output_by_suffix_with_top_k(trained: tuple[Path, Held], tmp_path:
     output = tmp_path / "predictions.jsonl"
 
     args = [str(good[0]), str(good[1]), "--checkpoint", str(checkpoint), f"--output={output}"]
-    metrics = predict.main([*args, "--accelerator=cpu", "--num-workers=0", "--top-k=2"])
+    metrics = predict.main([*args, *CPU, "--num-workers=0", "--top-k=2"])
 
     assert metrics["images"] == 2 and metrics["skipped"] == 0
     rows = [json.loads(line) for line in output.read_text().splitlines()]
@@ -108,7 +110,7 @@ BAD_INPUTS = {
     "not a Lightning checkpoint": (["--checkpoint={tmp}/weights.ckpt"], "--checkpoint: .*weights.ckpt is not a "),
     "another project's checkpoint": (
         ["--checkpoint={tmp}/other.ckpt"],
-        f"--checkpoint: .* is not a checkpoint of this project's train.py \\(its hparams lack {', '.join(REQUIRED_HPARAMS)}",
+        f"--checkpoint: .* is not a checkpoint of this project's train.py .its hparams lack {', '.join(REQUIRED_HPARAMS)}",
     ),
     "a pickle": (["--checkpoint={tmp}/pickle.ckpt"], "--checkpoint: .* holds a pickled argparse.Namespace"),
     "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .*text.ckpt is not a "),
@@ -136,7 +138,7 @@ def test_each_bad_input_is_one_line_exit_2_and_nothing_written(
     readonly = read_only_folder(tmp_path)
     extra, message = BAD_INPUTS[case]
     extra = [arg.format(tmp=tmp_path, readonly=readonly) for arg in extra]
-    defaults = [str(held[0][0]), f"--checkpoint={checkpoint}", f"--output={tmp_path / 'p.csv'}", "--accelerator=cpu"]
+    defaults = [str(held[0][0]), f"--checkpoint={checkpoint}", f"--output={tmp_path / 'p.csv'}", *CPU]
     before = sorted(tmp_path.rglob("*"))
 
     with pytest.raises(SystemExit) as exit_info:
