@@ -110,7 +110,7 @@ BAD_INPUTS = {
     "not a Lightning checkpoint": (["--checkpoint={tmp}/weights.ckpt"], "--checkpoint: .*weights.ckpt is not a "),
     "another project's checkpoint": (
         ["--checkpoint={tmp}/other.ckpt"],
-        f"--checkpoint: .* is not a checkpoint of this project's train.py .its hparams lack {', '.join(REQUIRED_HPARAMS)}",
+        f"--checkpoint: .* not a checkpoint of this project's train.py .its hparams lack {', '.join(REQUIRED_HPARAMS)}",
     ),
     "a pickle": (["--checkpoint={tmp}/pickle.ckpt"], "--checkpoint: .* holds a pickled argparse.Namespace"),
     "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .*text.ckpt is not a "),

@@ -61,6 +61,4 @@ def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     """`python ARGS` in the project root, src/ importable as if installed, one thread per process on shared cores."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
-    )
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
