@@ -34,10 +34,8 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
         raise ConfigError(
             "checkpoint", f"no file at {path}; give a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt"
         )
-    try:
-        checkpoint = check_checkpoint(file)  # safe to load (weights_only), readable, not a pickle: or one line why
-    except ConfigError as err:  # told for train.py's --resume; the same words for predict/export's --checkpoint
-        raise ConfigError("checkpoint", str(err).removeprefix("--resume: ")) from None
+    # Safe to load (weights_only), readable, Lightning's, no _instantiator; weights suffice, no optimizer state needed.
+    checkpoint = check_checkpoint(file, option="checkpoint", training=False)
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     missing = [key for key in REQUIRED_HPARAMS if not isinstance(hparams, dict) or key not in hparams]
     if missing or "state_dict" not in checkpoint:

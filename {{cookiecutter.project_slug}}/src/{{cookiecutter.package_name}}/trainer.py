@@ -77,13 +77,19 @@ def build_logger(cfg: Config, version: Any = None) -> Logger:
     if cfg.logger == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
-        return WandbLogger(save_dir=save_dir, project="{{ cookiecutter.project_slug }}", version=version)
+        return WandbLogger(
+            save_dir=save_dir,
+            project="{{ cookiecutter.project_slug }}",
+            version=version,
+        )
 {%- elif cookiecutter.logger == "mlflow" %}
     if cfg.logger == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger
 
         return MLFlowLogger(
-            experiment_name="{{ cookiecutter.project_slug }}", save_dir=str(Path(save_dir) / "mlruns"), run_id=version
+            experiment_name="{{ cookiecutter.project_slug }}",
+            save_dir=str(Path(save_dir) / "mlruns"),
+            run_id=version,
         )
 {%- endif %}
     return TensorBoardLogger(save_dir, name="", version=version)
