@@ -3,14 +3,15 @@
     python bench.py                                # CUDA: ResNet-50 at 224 px; CPU: a tiny ResNet-18 configuration
     python bench.py --only bf16+cl+compile,loader  # some settings only; the table's first column has the names
 
-One table is printed; the same numbers, the device, the versions and the command go to --json.
+`folder` trains the default setting end to end from photo-like JPEGs (500x375, ~100 KB) through the real loader,
+decoded by the workers and, with CUDA, on the GPU; `loader` measures the loaders alone. One table is printed; the
+numbers, the device, the versions and the command go to --json, each row as soon as it is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import shlex
@@ -26,6 +27,7 @@ import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from {{ cookiecutter.package_name }} import hardware, loader_benchmark
+from {{ cookiecutter.package_name }}.bench_report import table, write_json
 from {{ cookiecutter.package_name }}.benchmark import (
     Setting,
     Spec,
@@ -33,10 +35,12 @@ from {{ cookiecutter.package_name }}.benchmark import (
     flops_per_batch,
     peak_flops,
     run_lightning,
-    run_plain,
 )
 from {{ cookiecutter.package_name }}.cli import fail
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.decoding import torchcodec_available
+from {{ cookiecutter.package_name }}.plain_loop import run_plain
+from {{ cookiecutter.package_name }}.predict_benchmark import run_plain_predict, run_predict
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {
@@ -59,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, help="default: 256 on CUDA, 16 on CPU")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default: 20 on CUDA, 2 on CPU)")
     parser.add_argument("--steps", type=int, help="timed steps, in windows of steps/5 (default: 100 CUDA, 6 CPU)")
-    parser.add_argument("--only", help="comma-separated setting names, and/or 'loader'; default: everything")
+    parser.add_argument("--only", help="comma-separated setting names, 'folder', 'loader'; default: everything")
     parser.add_argument("--compile", action="store_true", help="CPU: add compiled settings (always there on CUDA)")
     parser.add_argument(
         "--peak-tflops", type=float, help="one device's dense bf16/fp16 peak, for MFU off Lightning's list"
@@ -106,15 +110,17 @@ def default_setting(spec: Spec) -> Setting:
     return Setting(hw.precision, cfg.tf32 and spec.device == "cuda", hw.channels_last, hw.compile)
 
 
-def select(settings: list[Setting], only: str | None) -> tuple[list[Setting], bool]:
+def select(settings: list[Setting], only: str | None) -> tuple[list[Setting], set[str]]:
+    """The settings asked for, and which of the real-data parts ('folder', 'loader', 'predict')."""
+    parts = {"folder", "loader", "predict"}
     if only is None:
-        return settings, True
+        return settings, parts
     names = [name.strip() for name in only.split(",") if name.strip()]
-    valid = [s.name for s in settings] + ["loader"]
+    valid = [s.name for s in settings] + sorted(parts)
     for name in names:
         if name not in valid:
             fail(f"--only: {name!r} is not one of: {', '.join(valid)}")
-    return [s for s in settings if s.name in names], "loader" in names
+    return [s for s in settings if s.name in names], parts & set(names)
 
 
 def device_name(device: str) -> str:
@@ -127,40 +133,13 @@ def device_name(device: str) -> str:
     return f"{models[0] if models else 'CPU'} ({os.cpu_count()} threads)" if cpuinfo.exists() else "CPU"
 
 
-def table(results: dict[str, Any]) -> str:
-    naive = next((r["images_per_s"] for r in results["settings"] if r["name"] == "fp32"), None)
-    lines = [
-        f"{results['device']} | torch {results['torch']} | lightning {results['lightning']} | {results['model']} "
-        f"{results['image_size']} px, batch {results['batch_size']} | {results['warmup']} warm-up + "
-        f"{results['steps']} timed steps"
-    ]
-    if results["settings"]:
-        lines.append(
-            f"{'setting':<26}{'img/s':>10}{'x fp32':>8}{'step ms':>9}{'start-up s':>12}{'peak GiB':>10}{'MFU':>7}"
-        )
-    for row in [*results["settings"], *([results["plain"]] if results["plain"] else [])]:
-        label = row["name"] + (" (default)" if row.get("default") else "")
-        speedup = "-" if naive is None else f"{row['images_per_s'] / naive:.2f}"
-        memory = "n/a" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.2f}"
-        mfu = "n/a" if row["mfu"] is None else f"{100 * row['mfu']:.1f}%"
-        lines.append(
-            f"{label:<26}{row['images_per_s']:>10.1f}{speedup:>8}{row['step_ms']:>9.1f}{row['startup_s']:>12.1f}"
-            f"{memory:>10}{mfu:>7}"
-        )
-    if results["plain"]:
-        lines.append(f"Lightning / plain PyTorch throughput: {results['lightning_over_plain']:.3f}")
-    for row in results["loader"]:
-        pinned = "pinned" if row["pin_memory"] else "pageable"
-        lines.append(
-            f"loader {row['data']:<10} {row['workers']} workers, {pinned:<9}{row['samples_per_s']:>10.1f} samples/s"
-        )
-    return "\n".join(lines)
-
-
-def measure(args: argparse.Namespace, spec: Spec, command: str) -> dict[str, Any]:
+def measure(
+    args: argparse.Namespace, spec: Spec, command: str, save: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Every row is handed to `save` as soon as it is measured: a crash late in the run keeps the earlier rows."""
     default = default_setting(spec)
     settings = matrix(spec.device, args.compile or spec.device == "cuda")
-    settings, with_loader = select(settings + [default] * (default not in settings), args.only)
+    settings, parts = select(settings + [default] * (default not in settings), args.only)
     try:
         flops = flops_per_batch(spec)
     except ConfigError as err:  # an unknown --model
@@ -174,29 +153,56 @@ def measure(args: argparse.Namespace, spec: Spec, command: str) -> dict[str, Any
         "lightning": lightning.__version__,
         "cuda": torch.version.cuda if spec.device == "cuda" else None,
         "flops_per_batch": flops,
+        "finished": False,
         "settings": [],
         "plain": None,
         "lightning_over_plain": None,
+        "folder": [],
         "loader": [],
+        "predict": [],
     }
+    save(results)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
 
-        def row(run: Callable[[Spec, Setting, Path], Timing], setting: Setting, name: str) -> dict[str, Any]:
-            timing = run(spec, setting, Path(workdir, name))
+        def row(run: Callable[..., Timing], setting: Setting, name: str, **options: Any) -> dict[str, Any]:
+            timing = run(spec, setting, Path(workdir, name.replace("/", "-")), **options)
             peak = peak_flops(spec, setting, args.peak_tflops)
             mfu = flops * timing.images_per_s / spec.batch_size / peak if peak else None
             return {"name": name, **dataclasses.asdict(setting), **dataclasses.asdict(timing), "mfu": mfu}
 
         for setting in settings:
             results["settings"].append(row(run_lightning, setting, setting.name) | {"default": setting == default})
+            save(results)
             if setting == default:
                 results["plain"] = row(run_plain, setting, f"plain PyTorch, {setting.name}")
                 ratio = results["settings"][-1]["images_per_s"] / results["plain"]["images_per_s"]
                 results["lightning_over_plain"] = ratio
-        if with_loader:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+                save(results)
+        cpus = hardware.cpus_per_device(1)
+        if "folder" in parts:
+            photos = Path(workdir, "photos")
+            loader_benchmark.write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
+            gpu = spec.device == "cuda" and torchcodec_available()
+            for decode in ("cpu", "gpu") if gpu else ("cpu",):
+                name = f"{default.name}, folder JPEGs, {decode} decode"
+                results["folder"].append(row(run_lightning, default, name, folder=photos, decode=decode))
+                save(results)
+        if "predict" in parts:  # predict.py's path and a plain inference_mode loop, on the same JPEGs
+            photos = Path(workdir, "predict-photos")
+            loader_benchmark.write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
+            for run, name in ((run_predict, "predict.py path"), (run_plain_predict, "plain inference_mode loop")):
+                results["predict"].append(row(run, default, f"{name}, {default.name}", folder=photos) | {"mfu": None})
+                save(results)
+        if "loader" in parts:
             device = torch.device(spec.device)
-            results["loader"] = loader_benchmark.run(device, spec.image_size, spec.batch_size, cpus, Path(workdir))
+
+            def add(loader_row: dict[str, object]) -> None:
+                results["loader"].append(loader_row)
+                save(results)
+
+            loader_benchmark.run(device, spec.image_size, spec.batch_size, cpus, Path(workdir), on_row=add)
+    results["finished"] = True
+    save(results)
     return results
 
 
@@ -210,11 +216,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=PossibleUserWarning)
-            results = measure(args, spec, command)
+            results = measure(args, spec, command, save=lambda results: write_json(Path(args.json), results))
     finally:
         lightning_log.setLevel(level)
     print(table(results))
-    Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {Path(args.json).resolve()}")
     return results
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from {{ cookiecutter.package_name }}.cli import fail, parse_args, save_yaml
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.rundir import check_output_dir, hold_output_dir
 
 
 def resume_path(cfg: Config) -> str | None:
@@ -24,20 +28,24 @@ def resume_path(cfg: Config) -> str | None:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_args(argv)  # before the heavy imports, so a bad flag answers at once
+    try:
+        check_output_dir(cfg)
+    except ConfigError as err:
+        fail(str(err))
     import lightning as L
+    from lightning.pytorch.utilities import rank_zero_only
 
     from {{ cookiecutter.package_name }} import hardware
     from {{ cookiecutter.package_name }}.data import ImageDataModule
-    from {{ cookiecutter.package_name }}.guards import check_checkpoint, explain_failures, scale_batch_size
+    from {{ cookiecutter.package_name }}.guards import check_checkpoint, check_enough_data
     from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
-    from {{ cookiecutter.package_name }}.trainer import build_trainer
+    from {{ cookiecutter.package_name }}.trainer import build_trainer, check_launcher
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
         hw = hardware.resolve(cfg)
+        check_launcher(cfg)
         ckpt = resume_path(cfg)
-        if ckpt is not None:
-            check_checkpoint(Path(ckpt))
         datamodule = ImageDataModule(
             data=cfg.data,
             data_dir=cfg.data_dir,
@@ -48,22 +56,37 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             channels_last=hw.channels_last,
             train_samples=cfg.train_samples,
             seed=cfg.seed,
+            decode=hw.decode,
         )
-        model = ImageClassifier.from_config(cfg, hw, datamodule.num_classes)
+        model = ImageClassifier.from_config(cfg, hw, datamodule.classes)
+        datamodule.crop_pct = float(model.hparams.get("crop_pct", datamodule.crop_pct))  # eval crop = the model's
+        saved: dict[str, Any] = check_checkpoint(Path(ckpt), model) if ckpt is not None else {}
+        if cfg.data != "cifar10":  # cifar10 (45,000 images) may not be downloaded yet
+            check_enough_data(datamodule, cfg.batch_size, hw.world_size)
     except ConfigError as err:
         fail(str(err))
+    rank_zero = getattr(rank_zero_only, "rank", 0) == 0  # known from the launcher's environment before the Trainer
+    with hold_output_dir(cfg, rank_zero):  # one run at a time in an --output-dir
+        if rank_zero:
+            print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+        hardware.apply_backend_flags(cfg)
+        if cfg.profile:
+            from {{ cookiecutter.package_name }}.profiling import profile
 
-    hardware.apply_backend_flags(cfg)
-    if cfg.profile:
-        from {{ cookiecutter.package_name }}.profiling import profile
+            return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
+        logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
+        trainer = build_trainer(cfg, hw, wrap=block_types(model.net), logger_version=logger_version)
+        return _fit_and_test(cfg, hw, trainer, model, datamodule, ckpt)
 
-        return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
-    trainer = build_trainer(cfg, hw, wrap=block_types(model.net))
+
+def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: Any, ckpt: str | None) -> dict:
+    from {{ cookiecutter.package_name }}.guards import explain_failures, scale_batch_size
+    from {{ cookiecutter.package_name }}.monitors import LogStepThroughputMonitor
+
     if cfg.auto_batch_size:
         with explain_failures(cfg, trainer, datamodule):
             cfg.batch_size = scale_batch_size(trainer, model, datamodule)
     if trainer.is_global_zero:
-        print(hw.summary())
         save_yaml(cfg, Path(cfg.output_dir) / "config.yaml")
         global_batch = cfg.batch_size * hw.world_size * cfg.accumulate_grad_batches
         for logger in trainer.loggers:
@@ -80,8 +103,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]
     if trainer.is_global_zero:
         nan = float("nan")
-        per_device = metrics.get("train/device/samples_per_sec")  # absent when too few steps were logged
-        throughput = f"{per_device * hw.world_size:.0f} img/s" if per_device else "n/a"
+        meter = next(c for c in trainer.callbacks if isinstance(c, LogStepThroughputMonitor))
+        # the logged rate of the last logging steps; without two logging steps, the average over the whole run
+        per_device = metrics.get("train/device/samples_per_sec") or meter.average_rate()
+        throughput = f"{per_device * hw.world_size:.0f} img/s" if per_device else "n/a (no training step)"
         print(
             f"{'best' if best else 'last'} val/acc={metrics.get('val/acc', nan):.4f}  "
             f"test/acc={metrics.get('test/acc', nan):.4f}  train throughput={throughput}  "
@@ -91,4 +116,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
+        print("stopped by SIGINT", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    finally:  # a further signal while Python shuts down (loader workers, logger threads) keeps the exit code
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 import bench
 import train
@@ -13,7 +19,7 @@ import train
 TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8", "--warmup=1", "--steps=2"]
 
 
-def test_bench_measures_every_cpu_setting_the_plain_loop_and_the_loaders(
+def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_loaders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bench.main([*TINY, f"--json={tmp_path / 'bench.json'}"])
@@ -26,13 +32,19 @@ def test_bench_measures_every_cpu_setting_the_plain_loop_and_the_loaders(
         assert row["peak_memory_gib"] is None and row["mfu"] is None, "no per-run memory peak nor MFU on a CPU"
     assert results["plain"]["name"] == f"plain PyTorch, {default}" and results["lightning_over_plain"] > 0
     assert results["flops_per_batch"] > 0
+    [folder] = results["folder"]  # no CUDA: the workers decode
+    assert folder["name"] == f"{default}, folder JPEGs, cpu decode" and folder["images_per_s"] > 0
     loaders = {(row["data"], row["workers"], row["pin_memory"]) for row in results["loader"]}
-    assert {("synthetic", 0, False), ("folder", 0, False)} <= loaders
-    assert all(row["samples_per_s"] > 0 for row in results["loader"])
+    assert {("synthetic", 0, False), ("folder cpu-decode", 0, False)} <= loaders
+    assert all(row["samples_per_s"] > 0 for row in results["loader"]) and results["finished"]
+    predict = [(row["name"], row["images_per_s"] > 0) for row in results["predict"]]
+    assert predict == [(f"predict.py path, {default}", True), (f"plain inference_mode loop, {default}", True)]
     assert results["torch"] and results["lightning"] and results["command"].startswith("python bench.py --device=cpu")
     printed = capsys.readouterr().out
     assert "Lightning / plain PyTorch throughput:" in printed
-    for name in [*names, f"{default} (default)", f"plain PyTorch, {default}", "loader folder"]:
+    assert "Lightning / plain PyTorch inference throughput:" in printed
+    expected = [f"{default} (default)", f"plain PyTorch, {default}", "loader folder cpu-decode", "x synthetic"]
+    for name in [*names, *expected]:
         assert name in printed
 
 
@@ -41,7 +53,7 @@ def test_only_runs_the_named_settings(tmp_path: Path) -> None:
     other = "bf16" if default != "bf16" else "fp32"
     results = bench.main([*TINY, f"--only={other}", f"--json={tmp_path / 'bench.json'}"])
     assert [row["name"] for row in results["settings"]] == [other]
-    assert results["plain"] is None and results["loader"] == [], "the default setting and the loaders were not asked"
+    assert results["plain"] is None and results["loader"] == [] == results["folder"], "only what was asked for"
 
 
 def test_an_unknown_setting_fails_in_one_line_with_the_valid_names(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,7 +61,30 @@ def test_an_unknown_setting_fails_in_one_line_with_the_valid_names(capsys: pytes
         bench.main([*TINY, "--only=fp64"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --only: 'fp64' is not one of: fp32, fp32+cl, bf16, bf16+cl, loader"]
+    assert err == ["error: --only: 'fp64' is not one of: fp32, fp32+cl, bf16, bf16+cl, folder, loader, predict"]
+
+
+def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path) -> None:
+    """Each row reaches the JSON as soon as it is measured, by an atomic rename: SIGKILL to the process group (an
+    OOM kill, a crash in a late stage) leaves a valid file with the rows done so far."""
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(ROOT / "bench.py"), *TINY, f"--json={out}"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.poll() is None:
+            if out.exists() and json.loads(out.read_text())["settings"]:
+                break
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "killed before the end, or the test shows nothing"
+    results = json.loads(out.read_text())
+    assert not results["finished"] and b"results:" not in stdout
+    assert [row["name"] for row in results["settings"]][:1] == ["fp32"], "the first setting, measured and kept"
+    assert all(row["images_per_s"] > 0 for row in results["settings"]) and results["loader"] == []
 
 
 def test_profile_writes_a_trace_and_a_kernel_table(tiny_args: list[str], tmp_path: Path) -> None:

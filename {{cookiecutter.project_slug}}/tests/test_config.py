@@ -7,7 +7,7 @@ import pytest
 from conftest import run_train
 
 from {{ cookiecutter.package_name }}.cli import parse_args
-from {{ cookiecutter.package_name }}.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.config import Config, ConfigError, parse_every
 
 
 def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
@@ -91,3 +91,28 @@ def test_help_shows_every_option_with_its_default_and_reason() -> None:
         assert flag in result.stdout
     assert "bf16-mixed on Ampere+" in " ".join(result.stdout.split())
     assert "(default: 128)" in result.stdout
+
+
+@pytest.mark.parametrize("source", ["flag", "yaml"])
+def test_resume_auto_stays_auto_and_numbers_still_take_auto_as_unset(tmp_path: Path, source: str) -> None:
+    """`--resume auto` is what scripts/slurm.sbatch passes on every (re)start; read as unset, requeues started over."""
+    (tmp_path / "c.yaml").write_text("resume: auto\nnum_workers: auto\n")
+    argv = ["--resume", "auto", "--num-workers", "auto"] if source == "flag" else ["--config", str(tmp_path / "c.yaml")]
+    cfg = parse_args(argv)
+    assert cfg.resume == "auto"
+    assert cfg.num_workers is None
+    assert parse_args(["--resume", "none"]).resume is None
+
+
+def test_help_text_with_a_percent_sign_reads_as_written() -> None:
+    result = run_train("--help")
+    assert result.returncode == 0
+    assert "a few % speed" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("every", "expected"),
+    [("30min", (None, 1800.0)), ("500steps", (500, None)), ("1h,200steps", (200, 3600.0)), ("off", (None, None))],
+)
+def test_checkpoint_every_reads_time_and_steps(every: str, expected: tuple[int | None, float | None]) -> None:
+    assert parse_every(parse_args(["--checkpoint-every", every]).checkpoint_every) == expected

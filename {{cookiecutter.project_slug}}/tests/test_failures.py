@@ -43,6 +43,12 @@ def corrupt_checkpoint(tmp_path: Path) -> Path:
     return tmp_path / "cut.ckpt"
 
 
+def earlier_run(tmp_path: Path) -> Path:
+    (tmp_path / "earlier" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "earlier" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return tmp_path / "earlier"
+
+
 # Each case: extra flags (given tmp_path) and what the one error line must say. All fail before the run starts.
 BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "more devices than the machine": (
@@ -88,16 +94,66 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "resume from nowhere": (lambda tmp: ["--resume", str(tmp / "gone.ckpt")], "--resume: no checkpoint at"),
     "resume from a damaged file": (
         lambda tmp: ["--resume", str(corrupt_checkpoint(tmp))],
-        "is not a readable checkpoint",
+        "is not a checkpoint written by torch.save (not a zip archive: truncated",
+    ),
+    # issue 10, item 6-9: each was a traceback, a hang or a silent wrong result
+    "log every 0 steps": (lambda _: ["--log-every-n-steps", "0"], "--log-every-n-steps: must be a positive integer"),
+    "negative seed": (lambda _: ["--seed", "-1"], "--seed: must be from 0 to 4294967295"),
+    "seed beyond numpy": (lambda _: ["--seed", str(2**32)], "--seed: must be from 0 to 4294967295"),
+    "1 px images": (lambda _: ["--image-size", "1"], "--image-size: must be from 16 to 4096 px, got 1"),
+    "2 px images": (lambda _: ["--image-size", "2"], "--image-size: must be from 16 to 4096 px, got 2"),
+    "huge images": (lambda _: ["--image-size", "100000"], "--image-size: must be from 16 to 4096 px, got 100000"),
+    "nan clipping": (lambda _: ["--gradient-clip-val", "nan"], "--gradient-clip-val: must be a finite number"),
+    "infinite lr": (lambda _: ["--lr", "inf"], "--lr: must be a finite number, got inf"),
+    "nan weight decay": (lambda _: ["--weight-decay", "nan"], "--weight-decay: must be a finite number, got nan"),
+    "a thousand workers": (lambda _: ["--num-workers", "1000"], "--num-workers: must be from 0 to the"),
+    "unknown model": (lambda _: ["--model", "resnet19"], "--model: 'resnet19' is not a torchvision classification"),
+    "detection model": (
+        lambda _: ["--model", "fasterrcnn_resnet50_fpn"],
+        "--model: 'fasterrcnn_resnet50_fpn' is not a torchvision classification model",
+    ),
+    "checkpoint every nonsense": (
+        lambda _: ["--checkpoint-every", "often"],
+        "--checkpoint-every: expected e.g. '30min'",
+    ),
+    "checkpoint every 0 steps": (lambda _: ["--checkpoint-every", "0steps"], "--checkpoint-every: expected e.g."),
+    "fewer images than a batch": (
+        lambda _: ["--train-samples", "7"],
+        "--batch-size: 8 is more than the 7 training images: nothing would be trained",
+    ),
+    "folder with fewer images than a batch": (
+        lambda tmp: [
+            "--data",
+            "folder",
+            "--data-dir",
+            str(write_images(tmp / "d", {"train/a": 3, "train/b": 3, "val/a": 1, "val/b": 1})),
+        ],
+        "--batch-size: 8 is more than the 6 training images",
+    ),
+    "two nodes without a launcher": (lambda _: ["--num-nodes", "2"], "--num-nodes: 2 nodes need a launcher on each"),
+    "output dir is a file": (
+        lambda tmp: [f"--output-dir={tmp / 'file'}"] if (tmp / "file").write_text("x") else [],
+        "is a file, not a directory",
+    ),
+    "output dir under a file": (
+        lambda tmp: [f"--output-dir={tmp / 'file' / 'run'}"] if (tmp / "file").write_text("x") else [],
+        "cannot be created: ",
+    ),
+    "output dir in a read-only place": (lambda _: ["--output-dir=/proc/run"], "--output-dir: cannot write in /proc"),
+    "output dir of another run, no --resume": (
+        lambda tmp: [f"--output-dir={earlier_run(tmp)}"],
+        "already holds a run (",
     ),
 }
 
 
 @pytest.mark.parametrize("case", BAD_INPUT.keys())
 def test_bad_input_is_one_line_exit_2_and_leaves_no_output_dir(
-    case: str, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flags, expected = BAD_INPUT[case]
+    for launcher in ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(launcher, raising=False)  # as on a plain machine, even where the tests run under one
     with pytest.raises(SystemExit) as exit_info:
         train.main([*tiny_args, *flags(tmp_path)])
     assert exit_info.value.code == 2
@@ -138,7 +194,7 @@ def test_an_unreadable_image_is_skipped_with_a_warning_naming_it(tmp_path: Path)
     dm.setup("fit")
     train = dm.datasets["train"]
     broken = [path for path, _ in train.samples].index(str(root / "train" / "a" / "broken.png"))  # type: ignore[union-attr]
-    with pytest.warns(UserWarning, match=r"skipping unreadable image .*broken\.png: Unsupported image file"):
+    with pytest.warns(UserWarning, match=r"skipping unreadable image .*broken\.png: Unsupported"):
         image, label = train[broken]
     neighbour, neighbour_label = train[broken + 1]
     assert torch.equal(image, neighbour) and label == neighbour_label

@@ -41,23 +41,26 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of
     expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
     expected = last_checkpoint(tmp_path / "uninterrupted")
 
-    # Ctrl-C saves mid-epoch, after step 6; a crash there leaves the checkpoint of the first epoch's end.
-    for interruption, resumes_from_step in (("ctrl-c", 6), ("crash", 4)):
-        out = tmp_path / interruption
-        interrupt_at(monkeypatch, 6, interruption)
+    # Ctrl-C saves mid-epoch, after step 6; a crash there leaves the checkpoint of the first epoch's end, and a crash
+    # after step 7 with --checkpoint-every 3steps the periodic one of step 6.
+    scenarios = [("ctrl-c", 6, "off", 6), ("crash", 6, "off", 4), ("crash", 7, "3steps", 6)]
+    for interruption, at_step, every, resumes_from_step in scenarios:
+        out = tmp_path / f"{interruption}-{every}"
+        interrupt_at(monkeypatch, at_step, interruption)
         with pytest.raises((SystemExit, RuntimeError)) as stopped:
-            train.main([*args, f"--output-dir={out}"])
+            train.main([*args, f"--output-dir={out}", f"--checkpoint-every={every}"])
         if interruption == "ctrl-c":
             assert isinstance(stopped.value, SystemExit) and stopped.value.code == 128 + signal.SIGINT
         assert last_checkpoint(out)["global_step"] == resumes_from_step
         monkeypatch.undo()
-        metrics = train.main([*args, f"--output-dir={out}", "--resume=last"])
+        metrics = train.main([*args, f"--output-dir={out}", "--resume=last", f"--checkpoint-every={every}"])
+        assert [p.name for p in (out / "logs").iterdir()] == ["version_0"]  # the resumed run logs on in the same run
 
         got = last_checkpoint(out)
         assert got["global_step"] == expected["global_step"] == 8
         for name, weight in expected["state_dict"].items():
             assert torch.equal(got["state_dict"][name], weight), f"{interruption}: {name}"
-        for metric in ("train/loss", "val/loss", "val/acc", "test/loss"):
+        for metric in ("train/loss", "train/acc", "val/loss", "val/acc", "test/loss"):
             assert metrics[metric] == expected_metrics[metric], f"{interruption}: {metric}"
 
 

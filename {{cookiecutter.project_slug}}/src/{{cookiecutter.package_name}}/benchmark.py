@@ -17,12 +17,11 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from .config import Config
-from .data import MEAN, STD, ImageDataModule, random_crop_flip
+from .data import ImageDataModule
 from .hardware import Hardware, apply_backend_flags, resolve
 from .model import ImageClassifier, build_network
 from .monitors import HALF
@@ -68,7 +67,7 @@ class Spec:
             model=self.model,
             image_size=self.image_size,
             batch_size=self.batch_size,
-            num_workers=0,
+            num_workers=None,  # the default, which only the folder runs use: DeviceBatches need no workers
             max_epochs=1,
             max_steps=self.warmup + self.steps,
             logger="tensorboard",
@@ -166,13 +165,31 @@ def _prepare(spec: Spec, setting: Setting, output_dir: Path) -> tuple[Config, Ha
     return cfg, hw
 
 
-def run_lightning(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
+def run_lightning(
+    spec: Spec, setting: Setting, output_dir: Path, folder: Path | None = None, decode: str = "cpu"
+) -> Timing:
     """The product: ImageClassifier in the Trainer of trainer.build_trainer, its per-step callbacks and logger
-    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here."""
+    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here.
+
+    With `folder`, the batches come from the JPEGs there through the real loader (default worker count), decoded
+    by `decode` ("cpu" or "gpu"): real-data speed, end to end. Without, from DeviceBatches: the training alone."""
     cfg, hw = _prepare(spec, setting, output_dir)
-    data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
-    data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
-    model = ImageClassifier.from_config(cfg, hw, spec.num_classes)
+    data: ImageDataModule
+    if folder is None:
+        data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
+        data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
+    else:
+        data = ImageDataModule(
+            data="folder",
+            data_dir=str(folder),
+            image_size=spec.image_size,
+            batch_size=spec.batch_size,
+            num_workers=hw.num_workers,
+            pin_memory=hw.pin_memory,
+            channels_last=hw.channels_last,
+            decode=decode,
+        )
+    model = ImageClassifier.from_config(cfg, hw, [f"class{i}" for i in range(spec.num_classes)])
     clock = Clock(spec)
     callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
     trainer = build_trainer(
@@ -185,50 +202,6 @@ def run_lightning(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
         num_sanity_val_steps=0,
     )
     trainer.fit(model, datamodule=data)
-    return clock.timing()
-
-
-def run_plain(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
-    """The same network, data, augmentation, optimizer, schedule, precision, compile and memory format, hand-written
-    the way a careful PyTorch user would: no host-device synchronization, accuracy counted on the device."""
-    cfg, hw = _prepare(spec, setting, output_dir)
-    device = torch.device(spec.device)
-    torch.backends.cudnn.benchmark = hw.cudnn_benchmark  # what Trainer(benchmark=...) sets
-    net = build_network(spec.model, spec.num_classes, spec.image_size).to(device)
-    if hw.channels_last:
-        net = net.to(memory_format=torch.channels_last)
-    if hw.compile:
-        net.compile(mode=cfg.compile_mode, dynamic=False)  # as ImageClassifier.configure_model does
-    params = list(net.parameters())
-    groups = [
-        {"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=spec.warmup + spec.steps)
-    half = HALF.get(hw.precision)
-    scaler = torch.amp.GradScaler(device.type, enabled=half is torch.float16)
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    clock = Clock(spec)
-    clock.tick(0)
-    for done, (images, labels) in enumerate(DeviceBatches(spec, spec.warmup + spec.steps), start=1):
-        # ImageDataModule.on_after_batch_transfer in training, written out
-        x = random_crop_flip(images.float(), pad=max(1, spec.image_size // 8))
-        x = (x - mean) / std
-        if hw.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(device.type, dtype=half or torch.float32, enabled=half is not None):
-            logits = net(x)
-            loss = F.cross_entropy(logits, labels)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        schedule.step()
-        correct += (logits.argmax(1) == labels).sum()
-        clock.tick(done)
     return clock.timing()
 
 

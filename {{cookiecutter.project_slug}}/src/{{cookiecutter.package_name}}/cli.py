@@ -15,6 +15,7 @@ import yaml
 from .config import Config, ConfigError
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+T = typing.TypeVar("T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,12 +30,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _converter(annotation: Any) -> Callable[[str], Any]:
-    """str -> value for a field's type; `X | None` also accepts 'none' (and 'auto' for the unset default)."""
+    """str -> value for a field's type; `X | None` also accepts 'none', and 'auto' for the unset default of a number.
+
+    A text field keeps 'auto' as it is: `--resume auto` is a value, not the absence of one.
+    """
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if args else annotation
 
     def convert(text: str) -> Any:
-        if args and text.lower() in ("none", "null", "auto"):
+        if args and (text.lower() in ("none", "null") or (text.lower() == "auto" and base is not str)):
             return None
         if base is bool:
             if text.lower() in _TRUE + _FALSE:
@@ -49,17 +53,24 @@ def _converter(annotation: Any) -> Callable[[str], Any]:
     return convert
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="train.py",
-        description="Train the image classifier. Flags override --config; every default is shown with its reason.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+TRAIN = "Train the image classifier. Flags override --config; every default is shown with its reason."
+
+
+def build_parser(schema: type = Config, prog: str = "train.py", description: str = TRAIN) -> argparse.ArgumentParser:
+    """Flags for each field of the dataclass `schema` (Config for train.py; predict.py and export.py have their own)."""
+    parser = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as in config.py)")
-    hints = typing.get_type_hints(Config)
-    for f in dataclasses.fields(Config):
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.metadata["positional"]:  # e.g. predict.py's INPUT...: one or more values
+            parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
+            continue
         flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+        # argparse %-formats help texts (for %(default)s), so a literal % must be doubled
+        help_text = f.metadata["help"].replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": help_text}
+        if f.metadata.get("const") is not None:  # a flag whose value may be left out, like --pretrained [PATH]
+            kwargs.update(nargs="?", const=f.metadata["const"])
         if f.metadata["choices"]:
             kwargs["metavar"] = "{" + ",".join(f.metadata["choices"]) + "}"
         if bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
@@ -69,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_yaml(path: str) -> dict[str, Any]:
+def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
     """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
@@ -77,7 +88,7 @@ def load_yaml(path: str) -> dict[str, Any]:
         fail(f"--config: cannot read {path}: {str(err).splitlines()[0]}")
     if not isinstance(data, dict):
         fail(f"--config: {path} must hold a mapping of option: value")
-    hints = typing.get_type_hints(Config)
+    hints = typing.get_type_hints(schema)
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -94,15 +105,20 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
-    """Flags override the --config file, which overrides the dataclass defaults."""
-    parser = build_parser()
+    """train.py's options: flags override the --config file, which overrides the dataclass defaults."""
+    return parse_options(argv, Config)
+
+
+def parse_options(argv: Sequence[str] | None, schema: type[T], **parser_options: str) -> T:
+    """Options of the dataclass `schema` (Config, PredictConfig, ...), checked by its __post_init__."""
+    parser = build_parser(schema, **parser_options)
     config_file = _peek_config(argv)
     if config_file:
-        parser.set_defaults(**load_yaml(config_file))
-    args = vars(parser.parse_args(argv))
+        parser.set_defaults(**load_yaml(config_file, schema))
+    args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
     args.pop("config")
     try:
-        return Config(**args)
+        return schema(**args)
     except ConfigError as err:
         fail(str(err))
 

@@ -6,6 +6,9 @@ This module imports neither torch nor lightning, so `train.py --help` and bad fl
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,8 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATA_SOURCES = ("synthetic", "cifar10", "folder")
+DECODERS = ("auto", "cpu", "gpu")
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage sees less than a pixel
 LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
 
 
@@ -26,8 +31,10 @@ class ConfigError(ValueError):
         self.option = option
 
 
-def opt(default: Any, why: str, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"help": why, "choices": choices})
+def opt(default: Any, why: str, choices: tuple[str, ...] = (), const: Any = None, positional: bool = False) -> Any:
+    """`const`: the value of the flag given without one (`--pretrained` alone), making its value optional.
+    `positional`: one or more values given without a flag (predict.py's INPUT...)."""
+    return field(default=default, metadata={"help": why, "choices": choices, "const": const, "positional": positional})
 
 
 @dataclass
@@ -62,9 +69,24 @@ class Config:
     train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
     batch_size: int = opt(128, "per device; the global batch is this x devices x nodes x accumulation")
     auto_batch_size: bool = opt(False, "first find the largest --batch-size that fits in memory; one device only")
-    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1, up to 8")
+    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1 (SLURM-aware)")
+    decode: str = opt(
+        "auto",
+        "folder JPEGs: gpu = nvJPEG in batches, workers only read bytes; auto = gpu with CUDA + TorchCodec",
+        DECODERS,
+    )
     # --- model and optimisation --------------------------------------------------------------
-    model: str = opt("resnet18", "any torchvision classification model name")
+    model: str = opt("resnet18", "a torchvision classifier (resnet50), or timm/<name> (timm/convnext_tiny.fb_in22k)")
+    pretrained: str | None = opt(
+        None,
+        "start from pretrained weights: alone = the model's default ones (downloaded once, then cached); "
+        "or a .pt/.pth/.safetensors state_dict file",
+        const="default",
+    )
+    backbone_lr_scale: float = opt(0.1, "with --pretrained: backbone peak LR = --lr x this; the new head's = --lr")
+    freeze_epochs: int = opt(1, "with --pretrained: epochs training only the new head (backbone, its BatchNorm frozen)")
+    ema: bool = opt(False, "validate and checkpoint an exponential moving average of the weights")
+    ema_decay: float = opt(0.999, "--ema: the old average's weight per step; it spans about 1/(1-decay) steps")
     lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
     weight_decay: float = opt(0.05, "AdamW decoupled weight decay (not applied to norms and biases)")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
@@ -83,6 +105,11 @@ class Config:
     )
     logger: str = opt("{{ cookiecutter.logger }}", "experiment tracker", LOGGERS)
     log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
+    checkpoint_every: str = opt(
+        "30min",
+        "also save last.ckpt mid-epoch this often: '30min', '2h', '500steps', both ('30min,500steps') or 'off'; "
+        "bounds what a hard kill (OOM killer, node loss) loses",
+    )
     fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")
     profile: bool = opt(False, "profile 5 steps after warm-up and stop; trace and kernel table in <output-dir>/profile")
 
@@ -92,12 +119,26 @@ class Config:
             if f.metadata["choices"] and value not in f.metadata["choices"]:
                 raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
         parse_devices(self.devices)
-        positive = ("num_nodes", "image_size", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
-        for name in positive:
+        positive = ("num_nodes", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
+        for name in (*positive, "log_every_n_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be a positive integer, got {getattr(self, name)}")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ConfigError(
+                "image_size", f"must be from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} px, got {self.image_size}"
+            )
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError("seed", f"must be from 0 to {2**32 - 1} (what NumPy can seed), got {self.seed}")
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if self.num_workers is not None and not 0 <= self.num_workers <= cpus:
+            # each worker is a process holding a copy of the dataset: more than the CPUs only costs memory
+            raise ConfigError(
+                "num_workers", f"must be from 0 to the {cpus} CPUs this process may use, got {self.num_workers}"
+            )
+        for name in ("lr", "weight_decay", "gradient_clip_val", "warmup_fraction"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(name, f"must be a finite number, got {getattr(self, name)}")
+        parse_every(self.checkpoint_every)
         if self.max_steps < -1 or self.max_steps == 0:
             raise ConfigError("max_steps", f"must be positive or -1 (no limit), got {self.max_steps}")
         if not self.lr > 0:
@@ -116,6 +157,29 @@ class Config:
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
 
 
+def parse_every(text: str) -> tuple[int | None, float | None]:
+    """'30min' -> (None, 1800.0), '500steps' -> (500, None), '1h,200steps' -> (200, 3600.0), 'off' -> (None, None)."""
+    steps: int | None = None
+    seconds: float | None = None
+    if text.strip().lower() in ("off", "none", "epoch"):
+        return steps, seconds
+    for part in text.lower().replace(" ", "").split(","):
+        found = re.fullmatch(r"(\d+(?:\.\d+)?)(steps?|s|sec|min|m|h)", part)
+        if found is None or float(found.group(1)) <= 0 or (found.group(2).startswith("step") and steps is not None):
+            raise ConfigError(
+                "checkpoint_every",
+                f"expected e.g. '30min', '2h', '90s', '500steps', '30min,500steps' or 'off'; got {text!r}",
+            )
+        number, unit = float(found.group(1)), found.group(2)
+        if unit.startswith("step"):
+            if not number.is_integer():
+                raise ConfigError("checkpoint_every", f"a whole number of steps, got {text!r}")
+            steps = int(number)
+        else:
+            seconds = number * {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}[unit]
+    return steps, seconds
+
+
 def parse_devices(value: str) -> int | list[int] | str:
     """'auto' -> 'auto', '2' -> 2 (a count), '0,1' -> [0, 1] (GPU ids), as Lightning's Trainer takes them."""
     text = str(value).strip()
@@ -131,3 +195,72 @@ def parse_devices(value: str) -> int | list[int] | str:
     except ValueError:
         pass
     raise ConfigError("devices", f"expected 'auto', a positive count or distinct GPU ids like '0,1'; got {value!r}")
+
+
+# --- predict.py and export.py: their options, in the same form; the hardware ones are train.py's own ------------
+OUTPUT_SUFFIXES = (".csv", ".jsonl")
+EXPORT_FORMATS = ("onnx", "torch-export")
+HARDWARE_OPTIONS = ("accelerator", "devices", "precision", "compile", "compile_mode", "channels_last", "tf32")
+
+
+def as_in_training(name: str) -> Any:
+    """Config's field, default and reason included, so predict.py resolves the hardware exactly as train.py does."""
+    return field(default=Config.__dataclass_fields__[name].default, metadata=Config.__dataclass_fields__[name].metadata)
+
+
+def _check_choices(options: Any) -> None:
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.metadata["choices"] and value not in f.metadata["choices"]:
+            raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
+
+
+@dataclass
+class PredictConfig:
+    inputs: tuple[str, ...] = opt((), "images, folders (searched recursively), text files of paths", positional=True)
+    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
+    output: str = opt("predictions.csv", "one row per image; .csv or .jsonl, chosen by the suffix")
+    top_k: int = opt(5, "most probable classes listed per image; capped at the number of classes")
+    batch_size: int = opt(128, "images per device per step")
+    num_workers: int | None = opt(None, "decoding processes per device; unset = CPUs per device - 1, up to 8")
+    accelerator: str = as_in_training("accelerator")
+    devices: str = as_in_training("devices")
+    precision: str = as_in_training("precision")
+    compile: bool | None = as_in_training("compile")
+    compile_mode: str = as_in_training("compile_mode")
+    channels_last: bool = as_in_training("channels_last")
+    tf32: bool = as_in_training("tf32")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        self.inputs = tuple(self.inputs)
+        if not self.checkpoint:
+            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        if not self.output.endswith(OUTPUT_SUFFIXES):
+            raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
+        for name in ("top_k", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be 1 or more, got {getattr(self, name)}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+
+    def training_config(self) -> Config:
+        """The hardware options as train.py's Config, for hardware.resolve and the Trainer it builds."""
+        chosen = {name: getattr(self, name) for name in HARDWARE_OPTIONS}
+        # One process per device at most, no FSDP (nothing to shard for inference), no tracker to start.
+        return Config(**chosen, strategy="auto", batch_size=self.batch_size, num_workers=self.num_workers, logger="csv")
+
+
+@dataclass
+class ExportConfig:
+    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
+    format: str = opt("onnx", "onnx: ONNX Runtime and most servers; torch-export: a .pt2 for PyTorch", EXPORT_FORMATS)
+    output: str | None = opt(None, "unset = the checkpoint's path with .onnx or .pt2")
+    tolerance: float = opt(1e-3, "largest accepted |logit difference| from PyTorch, times max(1, largest |logit|)")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        if not self.checkpoint:
+            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        if not self.tolerance > 0:
+            raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")

@@ -6,84 +6,54 @@ loader from being the bottleneck.
 
 from __future__ import annotations
 
-import functools
-import pickle
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
-from torchvision.io import ImageReadMode, decode_image
-from torchvision.transforms.v2 import functional as TF
+from torchvision.datasets.folder import make_dataset
 
 from .config import ConfigError
-from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
+from .hardware import worker_context
+from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler, ignore_stop_signals
+from .sources import CIFAR10_CLASSES, SHAPES, make_shapes, read_cifar10
+from .transforms import (
+    CROP_PCT,
+    ImageFiles,
+    collate_bytes,
+    collate_images,
+    decode_each,
+    eval_transform,
+    limit_size,
+    max_side,
+    pad_images,
+    split_bytes,
+    train_transform,
+)
 
-SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what torchvision.io.decode_image reads
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what transforms.decode_rgb reads
 Batch = tuple[Tensor, Tensor]
-
-
-def make_shapes(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
-    """`n` noisy images of one random shape each, labelled by shape; the same seed gives the same images."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, len(SHAPES), n)
-    images = np.empty((n, 3, size, size), dtype=np.uint8)
-    grid = (np.arange(size) + 0.5) / size
-    for start in range(0, n, 512):  # chunks bound the memory of the per-pixel masks
-        m = min(512, n - start)
-        r = rng.uniform(0.2, 0.36, m)[:, None, None]
-        cy, cx = (rng.uniform(r[:, 0, 0], 1 - r[:, 0, 0])[:, None, None] for _ in range(2))
-        dy, dx = (grid[None, :, None] - cy) / r, (grid[None, None, :] - cx) / r
-        ay, ax, d2 = np.abs(dy), np.abs(dx), dx**2 + dy**2
-        masks = np.stack(
-            [
-                d2 <= 1.0,
-                np.maximum(ax, ay) <= 0.8,
-                (dy <= 0.75) & (ax <= (dy + 0.95) / 1.7),
-                ((ax <= 0.28) & (ay <= 1.0)) | ((ay <= 0.28) & (ax <= 1.0)),
-                (d2 <= 1.0) & (d2 >= 0.45),
-                ax + ay <= 1.0,
-            ]
-        )
-        mask = masks[labels[start : start + m], np.arange(m)][:, None]
-        background = rng.uniform(0, 255, (m, 3, 1, 1))
-        shift = rng.uniform(70, 130, (m, 3, 1, 1))
-        foreground = np.where(background > 127, background - shift, background + shift)
-        pixels = np.where(mask, foreground, background) + rng.normal(0, 18, (m, 3, size, size))
-        images[start : start + m] = np.clip(pixels, 0, 255).astype(np.uint8)
-    return torch.from_numpy(images), torch.from_numpy(labels)
-
-
-def read_cifar10(root: Path, train: bool) -> tuple[Tensor, Tensor]:
-    """CIFAR-10 from its own python-pickle format, the files torchvision's download unpacks."""
-    folder = root / "cifar-10-batches-py"
-    names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
-    images, labels = [], []
-    for name in names:
-        with open(folder / name, "rb") as fh:
-            batch = pickle.load(fh, encoding="latin1")
-        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.extend(batch["labels"])
-    return torch.from_numpy(np.concatenate(images)), torch.tensor(labels)
+__all__ = [
+    "CIFAR10_CLASSES",
+    "MEAN",
+    "SHAPES",
+    "STD",
+    "ImageDataModule",
+    "make_shapes",
+    "random_crop_flip",
+    "read_cifar10",
+]
 
 
 def _is_image(path: str) -> bool:
     return path.lower().endswith(IMAGE_SUFFIXES)
-
-
-def _read_rgb(path: str) -> Tensor:
-    return decode_image(path, mode=ImageReadMode.RGB)
 
 
 def check_image_folders(root: Path, classes: list[str]) -> None:
@@ -98,31 +68,10 @@ def check_image_folders(root: Path, classes: list[str]) -> None:
             raise ConfigError("data_dir", f"no images in {folder}/; each class needs some {'/'.join(IMAGE_SUFFIXES)}")
 
 
-class ImageFolderUint8(torchvision.datasets.ImageFolder):
-    """Your `class_name/image.jpg` folders, decoded and resized to uint8 `size x size` on the CPU."""
-
-    def __init__(self, root: Path, size: int) -> None:
-        super().__init__(str(root), loader=_read_rgb, is_valid_file=_is_image)
-        self.size = size
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        # An unreadable file is skipped with a warning naming it, and the next image takes its place so that batch
-        # shapes stay fixed: one bad file in a million should not end a run hours in.
-        for i in (j % len(self) for j in range(index, index + len(self))):
-            try:
-                image, label = super().__getitem__(i)
-            except RuntimeError as err:
-                reason = re.sub(r"^\w+, \S+:\d+, ", "", str(err).strip())  # drop the C++ source location
-                warnings.warn(f"skipping unreadable image {self.samples[i][0]}: {reason}", stacklevel=2)
-                continue
-            return TF.resize(image, [self.size, self.size], antialias=True), label
-        raise ConfigError("data_dir", f"none of the images in {self.root} can be read")
-
-
-@functools.cache
-def _normalization(device: torch.device) -> tuple[Tensor, Tensor]:
-    """Made once per device: a tensor made from Python numbers on a GPU is a copy that waits for the GPU to finish."""
-    return torch.tensor(MEAN, device=device).view(1, 3, 1, 1), torch.tensor(STD, device=device).view(1, 3, 1, 1)
+def image_files(root: Path, classes: list[str], mode: str, max_side: int) -> ImageFiles:
+    """The `class_name/image.jpg` files under root, labelled by the class's place in `classes`."""
+    samples = make_dataset(str(root), {name: i for i, name in enumerate(classes)}, is_valid_file=_is_image)
+    return ImageFiles([p for p, _ in samples], [label for _, label in samples], mode=mode, max_side=max_side)
 
 
 def random_crop_flip(x: Tensor, pad: int) -> Tensor:
@@ -151,11 +100,14 @@ class ImageDataModule(L.LightningDataModule):
         channels_last: bool = True,
         train_samples: int = 10_000,
         seed: int = 42,
+        decode: str = "cpu",
+        crop_pct: float = CROP_PCT,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.root = Path(data_dir)
-        self.datasets: dict[str, TensorDataset | ImageFolderUint8] = {}
+        self.crop_pct = crop_pct  # folder eval crop; train.py sets the model's (timm's pretrained cfg) before fit
+        self.datasets: dict[str, TensorDataset | ImageFiles] = {}
         if data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
                 raise ConfigError(
@@ -172,6 +124,10 @@ class ImageDataModule(L.LightningDataModule):
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @property
+    def max_side(self) -> int:
+        return max_side(self.hparams["image_size"], self.crop_pct)
 
     def prepare_data(self) -> None:
         # Runs on one process per node, so parallel ranks never download over each other.
@@ -199,9 +155,10 @@ class ImageDataModule(L.LightningDataModule):
             self.datasets["train"] = TensorDataset(images[order[n_val:]], labels[order[n_val:]])
             self.datasets["test"] = TensorDataset(*read_cifar10(self.root, train=False))
         else:
+            mode = "bytes" if hp["decode"] == "gpu" else "decoded"
             for split in ("train", "val", "test"):
                 folder = self.root / (split if (self.root / split).is_dir() else "val")
-                self.datasets[split] = ImageFolderUint8(folder, hp["image_size"])
+                self.datasets[split] = image_files(folder, self.classes, mode, self.max_side)
 
     def _loader(self, split: str) -> DataLoader[Any]:
         hp, dataset = self.hparams, self.datasets[split]
@@ -210,7 +167,11 @@ class ImageDataModule(L.LightningDataModule):
             pin_memory=hp["pin_memory"],
             persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
             generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
+            multiprocessing_context=worker_context() if hp["num_workers"] > 0 else None,
+            worker_init_fn=ignore_stop_signals,  # a SIGTERM to the process group must not kill them before the save
         )
+        if isinstance(dataset, ImageFiles):
+            options["collate_fn"] = collate_bytes if dataset.mode == "bytes" else collate_images
         if split != "train":
             return DataLoader(dataset, batch_size=hp["batch_size"], **options)
         # The order depends only on seed and epoch, and a checkpoint records how far into it training got.
@@ -227,16 +188,45 @@ class ImageDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader[Any]:
         return self._loader("test")
 
-    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
-        x, y = batch
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if len(batch) == 3 and batch[0].ndim == 1:  # encoded bytes stay in pinned host memory: nvJPEG reads them there
+            flat, lengths, labels = batch
+            return flat, lengths, labels.to(device, non_blocking=True)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
+        """uint8 in, float [0, 255] out at model resolution; the model normalises (so exports need no data code)."""
+        training = self.trainer is not None and self.trainer.training
         size = self.hparams["image_size"]
-        x = x.float()
-        if x.shape[-2:] != (size, size):
-            x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-        if self.trainer is not None and self.trainer.training:
-            x = random_crop_flip(x, pad=max(1, size // 8))
-        mean, std = _normalization(x.device)
-        x = (x - mean) / std
+        if len(batch) == 2:  # synthetic and cifar10: square images, today's pad-crop-flip
+            x, y = batch
+            x = x.float()
+            if x.shape[-2:] != (size, size):
+                x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+            if training:
+                x = random_crop_flip(x, pad=max(1, size // 8))
+        else:
+            images, sizes, y = self._decode(batch) if batch[0].ndim == 1 else batch
+            x = train_transform(images, sizes, size) if training else eval_transform(images, sizes, size, self.crop_pct)
         if self.hparams["channels_last"]:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, y
+
+    def _decode(self, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """A batch of encoded files -> padded images on the labels' device. A file the worker could read but no
+        decoder here can (rare: a corrupt JPEG body) is replaced by a readable one of the batch, with a warning."""
+        flat, lengths, y = batch
+        decoded = decode_each(split_bytes(flat, lengths), y.device)
+        readable = [image for image in decoded if image is not None]
+        if not readable:
+            raise RuntimeError(f"none of the {len(decoded)} images of this batch can be decoded")
+        images = []
+        for i, image in enumerate(decoded):
+            if image is None:
+                warnings.warn(f"skipping an image no decoder can read (sample {i} of the batch)", stacklevel=2)
+                first = next(j for j, other in enumerate(decoded) if other is not None)
+                image, y = readable[0], y.clone()
+                y[i] = y[first]
+            images.append(limit_size(image, self.max_side))
+        padded, sizes = pad_images(images)
+        return padded, sizes, y

@@ -10,6 +10,7 @@ import pickle
 import re
 import signal
 import sys
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,25 +24,92 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from .cli import fail
 from .config import Config, ConfigError
 from .resume import StopOnSignal
+from .saving import CheckpointSpaceError
+
+TRAINING_KEYS = ("state_dict", "global_step", "loops", "optimizer_states")  # what `fit(ckpt_path=...)` reads
 
 
-def check_checkpoint(path: Path) -> None:
-    """Refuse, before anything starts, a checkpoint that is not only tensors and plain Python values.
+def check_checkpoint(
+    path: Path, model: L.LightningModule | None = None, option: str = "resume", training: bool = True
+) -> dict[str, Any]:
+    """Refuse, before anything starts, a checkpoint that is unsafe, damaged, not Lightning's, or for another model.
 
-    Lightning is asked to load with weights_only=True, which never runs code from the file; this reads the file the
-    same way first, so a refusal or a damaged file is one line instead of a traceback from inside `fit`.
+    Lightning is asked to load with weights_only=True, which never unpickles code; this reads the file the same way
+    first, so each refusal is one line (blaming --`option`) instead of a traceback from inside `fit`. `training`:
+    it must hold the optimizer and loop state to continue from, not only weights. Returns the (memory-mapped) contents.
     """
+    if path.stat().st_size == 0:
+        raise ConfigError(option, f"{path} is empty (0 bytes): a save that never finished; give another checkpoint")
+    if not zipfile.is_zipfile(path):  # what torch.save has written since PyTorch 1.6, and Lightning always
+        raise ConfigError(
+            option,
+            f"{path} is not a checkpoint written by torch.save (not a zip archive: truncated, "
+            "legacy or another format); give a .ckpt that train.py wrote",
+        )
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         what = f"a pickled {found.group(1)}" if found else "pickled objects"
         raise ConfigError(
-            "resume", f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
+            option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
         ) from None
     except (RuntimeError, OSError, EOFError) as err:
         reason = str(err).strip().splitlines()[0]
-        raise ConfigError("resume", f"{path} is not a readable checkpoint ({reason}); give another one") from None
+        raise ConfigError(option, f"{path} is not a readable checkpoint ({reason}); give another one") from None
+    needed = TRAINING_KEYS if training else TRAINING_KEYS[:1]
+    missing = [key for key in needed if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
+        what = f"a {type(checkpoint).__name__}" if not isinstance(checkpoint, dict) else f"no {', '.join(missing)}"
+        kind = "training checkpoint" if training else "checkpoint"
+        raise ConfigError(
+            option,
+            f"{path} is not a Lightning {kind} ({what}); give a last.ckpt, hpc_ckpt_N.ckpt or best-*.ckpt that "
+            "train.py wrote",
+        )
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if isinstance(hparams, dict) and "_instantiator" in hparams:  # Lightning would import and call it (CVE-2026-58659)
+        raise ConfigError(
+            option,
+            f"{path} names an _instantiator ({hparams['_instantiator']!r}) that loading would "
+            "import and run; refusing it. train.py never writes one",
+        )
+    if model is not None:
+        check_same_network(path, checkpoint, model, option)
+    return checkpoint
+
+
+def check_same_network(path: Path, checkpoint: dict[str, Any], model: L.LightningModule, option: str) -> None:
+    """The checkpoint's weights must fit this run's network; if not, name the options that differ."""
+    saved, ours = checkpoint["state_dict"], model.state_dict()
+    clash = next((k for k in ours if k not in saved or saved[k].shape != ours[k].shape), None)
+    clash = clash or next((k for k in saved if k not in ours), None)
+    if clash is None:
+        return
+    theirs = checkpoint.get("hyper_parameters") or {}
+    differ = [
+        f"{k}={theirs[k]!r} (this run: {v!r})" for k, v in model.hparams.items() if k in theirs and theirs[k] != v
+    ]
+    theirs_shape, our_shape = (tuple(d[clash].shape) if clash in d else "absent" for d in (saved, ours))
+    what = ", ".join(differ) if differ else f"weights differ ({clash}: {theirs_shape} vs {our_shape})"
+    raise ConfigError(
+        option,
+        f"{path} is for another network: {what}; resume with the options it was trained "
+        "with, or start afresh in another --output-dir",
+    )
+
+
+def check_enough_data(datamodule: L.LightningDataModule, batch_size: int, world_size: int) -> None:
+    """A training set smaller than one batch per device trains nothing (drop_last) and would still exit 0."""
+    datamodule.setup("fit")
+    size = len(datamodule.train_dataloader().dataset)  # type: ignore[arg-type]
+    if size // world_size < batch_size:
+        per = f" over {world_size} devices" if world_size > 1 else ""
+        raise ConfigError(
+            "batch_size",
+            f"{batch_size} is more than the {size} training images{per}: nothing would "
+            f"be trained; use --batch-size {max(1, size // world_size)} or less, or more images",
+        )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -121,9 +189,18 @@ def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDat
             f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
             code=1,
         )
-    except SIGTERMException:
+    except CheckpointSpaceError as err:
+        fail(
+            f"--output-dir: {err.strerror}; the previous checkpoint is untouched. Free space or choose another "
+            "--output-dir, then --resume last",
+            code=1,
+        )
+    except (SIGTERMException, KeyboardInterrupt) as err:
+        # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
         stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
-        signum = (stop.signum if stop else None) or signal.SIGTERM
+        signum = (stop.signum if stop else None) or (
+            signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
+        )
         if trainer.is_global_zero:
             saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
             print(f"stopped by {signal.Signals(signum).name} at step {trainer.global_step}: {saved}", file=sys.stderr)

@@ -1,96 +1,74 @@
-"""The LightningModule: a torchvision network, one shared step for train/val/test, AdamW with warm-up and cosine."""
+"""The LightningModule: a torchvision or timm network, one shared step for train/val/test, AdamW with warm-up and
+cosine, and the fine-tuning recipe of finetune.py when it starts from pretrained weights."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-import torchvision
 from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from . import finetune
 from .config import Config, ConfigError
 from .hardware import Hardware
+from .networks import block_types, build_network, check_image_size, head_names, note, preprocessing
+from .weights import LIBRARY, load_pretrained
+
+__all__ = ["Batch", "ImageClassifier", "block_types", "build_network"]
 
 Batch = tuple[Tensor, Tensor]
-
-
-def build_network(name: str, num_classes: int, image_size: int) -> nn.Module:
-    try:
-        net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    except ValueError:
-        valid = ", ".join(torchvision.models.list_models(torchvision.models))
-        raise ConfigError("model", f"unknown model {name!r}; torchvision has: {valid}") from None
-    if image_size <= 64 and isinstance(getattr(net, "conv1", None), nn.Conv2d) and hasattr(net, "maxpool"):
-        # A 7x7/2 conv plus max-pool shrinks a tiny image 4x before the first block; a 3x3/2 stem without the pool
-        # halves it once, keeping 4x the resolution (stride 1 would gain ~2% on CIFAR-10 for 4x the compute).
-        net.conv1 = nn.Conv2d(3, net.conv1.out_channels, kernel_size=3, stride=2, padding=1, bias=False)
-        net.maxpool = nn.Identity()
-    return net
-
-
-def check_image_size(name: str, num_classes: int, image_size: int) -> None:
-    """Run the network on the meta device (shapes only: no memory, no compute) so a too-small image fails at start."""
-
-    def fits(size: int) -> bool:
-        with torch.device("meta"):
-            try:
-                build_network(name, num_classes, size)(torch.empty(2, 3, size, size))
-            except NotImplementedError:
-                return True  # an op without a meta kernel: leave the verdict to the real run
-            except (RuntimeError, ValueError, AssertionError):  # what conv, pool and ViT's size check raise
-                return False
-        return True
-
-    if not fits(image_size):
-        larger = next((s for s in (32, 64, 96, 128, 224, 299, 384, 518) if s > image_size and fits(s)), None)
-        hint = f"try --image-size {larger}" if larger else "try a larger --image-size"
-        raise ConfigError("image_size", f"{image_size} px is too small for {name}; {hint}")
-
-
-def block_types(net: nn.Module) -> set[type[nn.Module]]:
-    """The classes of the network's repeated blocks (ResNet's BasicBlock or Bottleneck, ViT's EncoderBlock, ...).
-
-    FSDP shards, and activation checkpointing recomputes, one such block at a time. A block is the outermost module
-    with sub-modules of its own inside a Sequential/ModuleList/ModuleDict stage; none found means one unit for all.
-    """
-    stages = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-
-    def blocks(module: nn.Module) -> Iterator[type[nn.Module]]:
-        for child in module.children():
-            if isinstance(module, stages) and not isinstance(child, stages) and next(child.children(), None):
-                yield type(child)  # its insides are sharded with it, so no need to look further down
-            else:
-                yield from blocks(child)
-
-    return set(blocks(net))
 
 
 class ImageClassifier(L.LightningModule):
     def __init__(
         self,
         model: str = "resnet18",
-        num_classes: int = 10,
+        class_names: Sequence[str] = tuple(f"class{i}" for i in range(10)),
         image_size: int = 64,
+        pretrained: str | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        crop_pct: float | None = None,
+        interpolation: str | None = None,
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_fraction: float = 0.05,
+        backbone_lr_scale: float = 0.1,
+        freeze_epochs: int = 1,
         channels_last: bool = True,
         compile: bool = False,
         compile_mode: str = "default",
     ) -> None:
+        """`pretrained` only shapes the network (the ImageNet stem is kept) and turns the fine-tuning recipe on; the
+        weights themselves are loaded by from_config, so loading a checkpoint never downloads anything.
+        mean/std (0-255 scale), crop_pct and interpolation: unset = the pretrained weights' own (ImageNet's without)."""
         super().__init__()
+        class_names = list(class_names)  # saved as a plain list, so checkpoints load with weights_only=True
+        own = preprocessing(model if pretrained else None)
+        mean, std = list(mean or own["mean"]), list(std or own["std"])
+        crop_pct, interpolation = crop_pct or own["crop_pct"], interpolation or own["interpolation"]
         self.save_hyperparameters()
-        check_image_size(model, num_classes, image_size)
-        self.net = build_network(model, num_classes, image_size)
+        num_classes = len(class_names)
+        check_image_size(model, num_classes, image_size, bool(pretrained))
+        self.net = build_network(model, num_classes, image_size, bool(pretrained))
         if channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
+        # Made from the hparams, so not saved with the weights: exports and predict.py get them with the model.
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+        self.head = head_names(model, num_classes, image_size, bool(pretrained))
+        self.no_decay = finetune.no_decay_names(self.net)
+        norms = (nn.modules.batchnorm._BatchNorm,)
+        self.backbone_norms = [
+            m for n, m in self.net.named_modules() if isinstance(m, norms) and f"{n}.weight" not in self.head
+        ]
         # Training accuracy is the plain (micro) one: the per-class (macro) average counts with a bincount, which waits
         # for the GPU at every step. With classes of equal size the two are the same number.
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -99,19 +77,66 @@ class ImageClassifier(L.LightningModule):
         self.loss_scale: float | None = None  # 16-mixed: GradScaler's scale after the last optimizer step
 
     @classmethod
-    def from_config(cls, cfg: Config, hw: Hardware, num_classes: int) -> ImageClassifier:
-        """A run's options as this module's arguments, with the layout and compile choices resolved for the machine."""
-        return cls(
+    def from_config(cls, cfg: Config, hw: Hardware, class_names: Sequence[str]) -> ImageClassifier:
+        """A run's options as this module's arguments, with the layout and compile choices resolved for the machine,
+        and the pretrained weights loaded into the backbone."""
+        if cfg.backbone_lr_scale <= 0 or cfg.freeze_epochs < 0:
+            bad = "backbone_lr_scale" if cfg.backbone_lr_scale <= 0 else "freeze_epochs"
+            raise ConfigError(bad, f"must be {'positive' if bad == 'backbone_lr_scale' else '0 or more'}")
+        if cfg.ema and not 0 < cfg.ema_decay < 1:
+            raise ConfigError("ema_decay", f"must be between 0 and 1 (0.999 is usual), got {cfg.ema_decay}")
+        if cfg.ema and cfg.strategy == "fsdp":
+            raise ConfigError("ema", "keeps a whole copy of the model on every device, which FSDP exists to avoid")
+        model = cls(
             model=cfg.model,
-            num_classes=num_classes,
+            class_names=class_names,
             image_size=cfg.image_size,
+            pretrained=cfg.pretrained,
             lr=cfg.lr,
             weight_decay=cfg.weight_decay,
             warmup_fraction=cfg.warmup_fraction,
-            channels_last=hw.channels_last,
+            backbone_lr_scale=cfg.backbone_lr_scale,
+            freeze_epochs=cfg.freeze_epochs,
+            # Under FSDP (use_orig_params) a channels_last weight gets a contiguous gradient, and CUDA's fused AdamW
+            # refuses tensors whose strides differ. So FSDP keeps weights in the default layout; inputs stay NHWC.
+            channels_last=hw.channels_last and cfg.strategy != "fsdp",
             compile=hw.compile,
             compile_mode=cfg.compile_mode,
         )
+        if cfg.pretrained:
+            load_pretrained(model.net, cfg.model, cfg.pretrained, model.head, cfg.image_size)
+            with torch.no_grad():  # a zero head sends no random gradient into the pretrained features at the start
+                for name, tensor in model.net.named_parameters():
+                    if name in model.head:
+                        tensor.zero_()
+            trained_at = preprocessing(cfg.model)["input_size"]
+            # 64 px: below it, an unpretrained network would have had its stem made gentler (networks.build_network)
+            if cfg.image_size <= 64 or (cfg.pretrained == LIBRARY and cfg.image_size * 2 <= trained_at):
+                note(
+                    f"with pretrained weights {cfg.model} keeps its own stem (no small-image change); at "
+                    f"{cfg.image_size} px its features are coarse: a larger --image-size suits it ({trained_at} px "
+                    "for the library's weights)"
+                )
+        return model
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.hparams["class_names"])
+
+    def train(self, mode: bool = True) -> ImageClassifier:
+        # While the backbone is frozen its BatchNorm layers normalise with the pretrained statistics and leave them
+        # unchanged; batch statistics of a new, often small-batch dataset would shift the features under the head.
+        super().train(mode)
+        if mode and self._trainer is not None and self.current_epoch < self._freeze_epochs():
+            for norm in self.backbone_norms:
+                norm.eval()
+        return self
+
+    def _freeze_epochs(self) -> int:
+        return self.hparams["freeze_epochs"] if self.hparams["pretrained"] else 0
+
+    def on_train_epoch_start(self) -> None:
+        self.train()  # re-decide the BatchNorm mode as the epoch changes (validation restores the modes it found)
 
     def configure_model(self) -> None:
         # Compile the network, not the LightningModule, so self.log, hooks and the DDP wrapper stay in eager Python.
@@ -129,13 +154,18 @@ class ImageClassifier(L.LightningModule):
 
     def _measure_flops(self, batch_size: int) -> int:
         hp = self.hparams
-        with torch.device("meta"):  # counts FLOPs without allocating or computing anything
-            net = build_network(hp["model"], hp["num_classes"], hp["image_size"])
-            x = torch.empty(batch_size, 3, hp["image_size"], hp["image_size"])
-        return measure_flops(net, lambda: net(x), lambda out: out.sum())
+        try:
+            with torch.device("meta"):  # counts FLOPs without allocating or computing anything
+                net = build_network(hp["model"], self.num_classes, hp["image_size"], bool(hp["pretrained"]))
+                x = torch.empty(batch_size, 3, hp["image_size"], hp["image_size"])
+            return measure_flops(net, lambda: net(x), lambda out: out.sum())
+        except Exception as err:  # an op without a meta kernel, a constructor needing real numbers
+            note(f"FLOPs of {hp['model']} cannot be counted on the meta device ({type(err).__name__}); no MFU logged")
+            return 0
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
+        """Float images in [0, 255], NCHW at the model's resolution; normalised here, so exports need only the model."""
+        return self.net((x - self.mean) / self.std)
 
     def _shared_step(self, batch: Batch, stage: str) -> Tensor:
         x, y = batch
@@ -159,34 +189,22 @@ class ImageClassifier(L.LightningModule):
         self._shared_step(batch, "test")
 
     def configure_optimizers(self) -> Any:
-        # Conv and linear weights decay; norms and biases do not (decaying them only hurts). Told apart by module,
-        # not by shape: under FSDP every parameter is already a flat 1-D shard when this runs.
-        norms = (nn.BatchNorm2d, nn.SyncBatchNorm, nn.GroupNorm, nn.LayerNorm)
-        decay: list[nn.Parameter] = []
-        no_decay: list[nn.Parameter] = []
-        for module in self.modules():
-            for name, p in module.named_parameters(recurse=False):
-                (no_decay if isinstance(module, norms) or name == "bias" else decay).append(p)
+        # Parameters are told apart by the names recorded at construction: under FSDP every one is already a flat
+        # 1-D shard here and module types are hidden, so neither shape nor module type would do.
+        hp = self.hparams
+        groups = finetune.param_groups(
+            self.named_parameters(), self.no_decay, self.head, hp["weight_decay"], backbone=bool(hp["pretrained"])
+        )
         # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
         # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused.
         scaled_clip = self.trainer.precision == "16-mixed" and bool(self.trainer.gradient_clip_val)
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.hparams["lr"],
-            fused=self.device.type == "cuda" and not scaled_clip,
-        )
+        optimizer = torch.optim.AdamW(groups, lr=hp["lr"], fused=self.device.type == "cuda" and not scaled_clip)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(self.hparams["warmup_fraction"] * total)
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        batches = self.trainer.num_training_batches  # known once estimated_stepping_batches has loaded the data
+        per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
+        freeze_steps = min(total, self._freeze_epochs() * per_epoch)
+        lambdas = finetune.schedules(total, int(hp["warmup_fraction"] * total), freeze_steps, hp["backbone_lr_scale"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [lambdas[bool(g["backbone"])] for g in groups])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_train_start(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 
 HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
@@ -30,6 +30,7 @@ class LogStepThroughputMonitor(L.Callback):
         self.batch_size_fn, self.every_n_steps = batch_size_fn, every_n_steps
         self.meter: Throughput | None = None
         self.samples = self.batches = self.batches_at_log = self.logged_step = 0
+        self.last_batch_end = 0.0
         self.started = self.paused = self.validation_started = 0.0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -49,6 +50,7 @@ class LogStepThroughputMonitor(L.Callback):
     ) -> None:
         self.samples += self.batch_size_fn(batch)
         self.batches += 1
+        self.last_batch_end = time.perf_counter()  # timing a queued (unfinished) GPU step: only for average_rate
         step = trainer.global_step  # counts optimizer steps, so accumulated batches log once
         if self.meter is None or step == self.logged_step or step % self.every_n_steps:
             return
@@ -62,6 +64,11 @@ class LogStepThroughputMonitor(L.Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.validation_started = time.perf_counter()
+
+    def average_rate(self) -> float | None:
+        """Samples per second per device over the whole run, validation left out: for runs too short to log a rate."""
+        elapsed = self.last_batch_end - self.started - self.paused
+        return self.samples / elapsed if self.samples and elapsed > 0 else None
 
 
 class LogStepProgressBar(RichProgressBar):
@@ -80,3 +87,53 @@ class LogStepProgressBar(RichProgressBar):
         if trainer.training and latest is not None and trainer.global_step % self.every_n_steps == 0:
             self.loss = float(latest)
         return metrics if self.loss is None else {**metrics, "train/loss": self.loss}
+
+
+class PlainProgress(ProgressBar):
+    """Progress as plain lines, for a stdout that is a file (SLURM's .out, a CI log): Rich redraws a bar there only
+    at epoch end. A line on logging steps, at most one per `min_seconds` after each epoch's first, and one per epoch.
+    The loss is read on logging steps only, when logging reads the GPU anyway."""
+
+    def __init__(self, every_n_steps: int, min_seconds: float = 30.0) -> None:
+        super().__init__()
+        self.every_n_steps, self.min_seconds = every_n_steps, min_seconds
+        self.enabled = True
+        self.last_line = self.epoch_started = 0.0
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def _print(self, trainer: L.Trainer, text: str) -> None:
+        if self.enabled and trainer.is_global_zero:
+            print(text, flush=True)
+            self.last_line = time.monotonic()
+
+    def _epoch(self, trainer: L.Trainer) -> str:
+        of = f"/{trainer.max_epochs}" if trainer.max_epochs not in (None, -1) else ""
+        return f"epoch {trainer.current_epoch + 1}{of}"
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_started, self.last_line = time.monotonic(), 0.0
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if step % self.every_n_steps or (self.last_line and time.monotonic() - self.last_line < self.min_seconds):
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        rate = (batch_idx + 1) / max(time.monotonic() - self.epoch_started, 1e-9)
+        shown = f"  train/loss={float(loss):.4f}" if isinstance(loss, torch.Tensor) else ""
+        total = self.total_train_batches
+        batches = f"{batch_idx + 1}/{total}" if isinstance(total, int) else str(batch_idx + 1)
+        self._print(trainer, f"{self._epoch(trainer)}  batch {batches}  step {step}{shown}  {rate:.1f} batches/s")
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
+        keep = ("train/loss", "train/acc", "val/loss", "val/acc")
+        shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in keep if k in metrics)
+        took = time.monotonic() - self.epoch_started
+        self._print(trainer, f"{self._epoch(trainer)} done in {took:.0f} s, step {trainer.global_step}: {shown}")

@@ -5,11 +5,13 @@ Lightning's checkpoints hold the weights, optimizer, scheduler and loop counters
   batches already trained on are skipped as indices, without reading their images),
 - the random generators behind the on-device augmentation and any dropout (`ExactResume`, which also restores the
   loader's position),
-- a checkpoint when the run is told to stop by Ctrl-C or SIGTERM (`StopOnSignal`).
+- a checkpoint when the run is told to stop by Ctrl-C, SIGTERM or SIGHUP (`StopOnSignal`), with loader workers
+  that leave stop signals to the main process (`ignore_stop_signals`).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -26,6 +28,23 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A loader worker's `worker_init_fn`: stop signals are the main process's to handle.
+
+    `timeout`, `scancel` and a terminal's hangup signal the whole process group. A worker killed by SIGTERM makes the
+    main process raise from inside whatever it was doing, before it can save; ignoring it, the worker runs on until
+    the main process has saved and shuts it down (or exits, which workers notice within seconds).
+    """
+    for signum in (*STOP_SIGNALS, signal.SIGUSR1):  # SIGUSR1: SLURM's pre-emption warning, handled by Lightning
+        signal.signal(signum, signal.SIG_IGN)
+    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning adds when a loader has no worker_init_fn
+        from lightning.fabric.utilities.seed import pl_worker_init_function
+
+        pl_worker_init_function(worker_id)
 
 
 class EpochShuffle(RandomSampler):
@@ -127,7 +146,12 @@ class ExactResume(Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         loader = trainer.train_dataloader
         position = loader.state_dict() if isinstance(loader, ResumableLoader) else None
-        checkpoint["exact_resume"] = {"rng": rng_state(), "train_loader": position}
+        version = trainer.logger.version if trainer.logger is not None else None  # continued by a resumed run
+        checkpoint["exact_resume"] = {
+            "rng": rng_state(),
+            "train_loader": position,
+            "logger_version": version,
+        }
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._saved = checkpoint.get("exact_resume")
@@ -143,11 +167,12 @@ class ExactResume(Callback):
 
 
 class StopOnSignal(Callback):
-    """Ctrl-C or SIGTERM: finish the current step, save `path`, stop; `--resume last` continues from there.
+    """Ctrl-C, SIGTERM or SIGHUP: finish the current step, save `path`, stop; `--resume last` continues from there.
 
-    Lightning already turns SIGTERM into a SIGTERMException raised between steps, on every rank under DDP. Ctrl-C is
-    sent to the same handler, so both stop between steps and never save weights halfway through an update. Every
-    further signal is ignored while the checkpoint is written; Ctrl-\\ still quits at once.
+    Lightning turns SIGTERM into a SIGTERMException raised between steps, on every rank under DDP. Ctrl-C and SIGHUP
+    are sent to the same handler, so all three stop between steps and never save weights halfway through an update.
+    Installed once Lightning's handler is (before the sanity check), so a stop during it ends as cleanly. Every further
+    signal is only noted while the checkpoint is written; Ctrl-\\ still quits at once.
     """
 
     def __init__(self, path: Path) -> None:
@@ -156,19 +181,33 @@ class StopOnSignal(Callback):
         self.saved = False
         self._previous: dict[int, Any] = {}
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.signum, self.saved = None, False
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._install()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._install():
+            rank_zero_info(
+                f"Ctrl-C, SIGTERM or SIGHUP saves {self.path} after the current step; --resume last continues."
+            )
+
+    def _install(self) -> bool:
         lightning_handler = signal.getsignal(signal.SIGTERM)
+        if self._previous:
+            return True
+        # handlers belong to the main thread, and without Lightning's there is nothing to stop the loop
         if threading.current_thread() is not threading.main_thread() or not callable(lightning_handler):
-            return  # handlers belong to the main thread, and without Lightning's there is nothing to stop the loop
+            return False
 
         def handler(signum: int, frame: FrameType | None) -> None:
             self.signum = self.signum or signum
             lightning_handler(signum, frame)
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, handler)
-        rank_zero_info(f"Ctrl-C or SIGTERM saves {self.path} after the current step; --resume last continues.")
+        return True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_handlers()

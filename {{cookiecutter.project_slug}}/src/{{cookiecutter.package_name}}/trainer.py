@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
-from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from lightning.pytorch.plugins.environments import (
+    ClusterEnvironment,
+    LSFEnvironment,
+    MPIEnvironment,
+    SLURMEnvironment,
+    TorchElasticEnvironment,
+)
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch import nn
 
-from .config import Config
+from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
-from .monitors import LogStepProgressBar, LogStepThroughputMonitor
+from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress
 from .resume import ExactResume, StopOnSignal
+from .saving import AtomicCheckpointIO, PeriodicCheckpoint
 
 
 def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None) -> Strategy | str:
@@ -44,26 +54,52 @@ def build_cluster_environments() -> list[ClusterEnvironment]:
     return []
 
 
-def build_logger(cfg: Config) -> Logger:
+def check_launcher(cfg: Config) -> None:
+    """More than one node needs a launcher that starts the other nodes; without one the run waits for them forever."""
+    if cfg.num_nodes == 1:
+        return
+    detected = (env.detect() for env in (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment, MPIEnvironment))
+    # NODE_RANK: Lightning's own multi-node set-up; RANK and WORLD_SIZE: a Kubeflow PyTorchJob
+    if not (any(detected) or "NODE_RANK" in os.environ or {"RANK", "WORLD_SIZE"} <= os.environ.keys()):
+        raise ConfigError(
+            "num_nodes",
+            f"{cfg.num_nodes} nodes need a launcher on each (srun, torchrun, or MASTER_ADDR, MASTER_PORT and "
+            "NODE_RANK set); none is here, so the run would wait for the other nodes forever",
+        )
+
+
+def build_logger(cfg: Config, version: Any = None) -> Logger:
+    """`version`: the logger run a resumed checkpoint wrote to, continued where the logger allows it."""
     save_dir = str(Path(cfg.output_dir) / "logs")
     if cfg.logger == "csv":
-        return CSVLogger(save_dir, name="")
+        return CSVLogger(save_dir, name="", version=version)
 {%- if cookiecutter.logger == "wandb" %}
     if cfg.logger == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
-        return WandbLogger(save_dir=save_dir, project="{{ cookiecutter.project_slug }}")
+        return WandbLogger(
+            save_dir=save_dir,
+            project="{{ cookiecutter.project_slug }}",
+            version=version,
+        )
 {%- elif cookiecutter.logger == "mlflow" %}
     if cfg.logger == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger
 
-        return MLFlowLogger(experiment_name="{{ cookiecutter.project_slug }}", save_dir=str(Path(save_dir) / "mlruns"))
+        return MLFlowLogger(
+            experiment_name="{{ cookiecutter.project_slug }}",
+            save_dir=str(Path(save_dir) / "mlruns"),
+            run_id=version,
+        )
 {%- endif %}
-    return TensorBoardLogger(save_dir, name="")
+    return TensorBoardLogger(save_dir, name="", version=version)
 
 
 def build_callbacks(cfg: Config) -> list[Callback]:
     checkpoints = Path(cfg.output_dir) / "checkpoints"
+    every_steps, every_seconds = parse_every(cfg.checkpoint_every)
+    # A terminal gets Rich's live bar; a SLURM .out file or a CI log gets plain lines it can show as they come.
+    progress = LogStepProgressBar if sys.stdout.isatty() else PlainProgress
     return [
         ModelCheckpoint(  # first, so trainer.checkpoint_callback.best_model_path is the best one
             dirpath=checkpoints,
@@ -74,23 +110,36 @@ def build_callbacks(cfg: Config) -> list[Callback]:
         ),
         # last.ckpt after every epoch, improved or not: what --resume last continues from.
         ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
-        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C or SIGTERM, mid-epoch
+        # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
+        PeriodicCheckpoint(checkpoints / "last.ckpt", every_steps, every_seconds, cfg.log_every_n_steps),
+        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C, SIGTERM or SIGHUP, mid-epoch
         ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
         FiniteLossGuard(every_n_steps=cfg.log_every_n_steps),  # and never with the weights a nan loss left
         LearningRateMonitor(logging_interval="step"),
         # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)
         LogStepThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), every_n_steps=cfg.log_every_n_steps),
-        LogStepProgressBar(every_n_steps=cfg.log_every_n_steps),
+        progress(cfg.log_every_n_steps),
+        # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
+        *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
     ]
 
 
-def build_trainer(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, **overrides: Any) -> L.Trainer:
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's "💡 Tip: try installing litlogger/litmodels" lines: noise in every run's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip")
+
+
+def build_trainer(
+    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, logger_version: Any = None, **overrides: Any
+) -> L.Trainer:
     kwargs: dict[str, Any] = dict(
         accelerator=hw.accelerator,
         devices=hw.devices,
         num_nodes=cfg.num_nodes,
         strategy=build_strategy(cfg, hw, wrap),
-        plugins=build_cluster_environments(),
+        plugins=[AtomicCheckpointIO(), *build_cluster_environments()],  # saves that never leave a truncated file
         precision=hw.precision,
         sync_batchnorm=cfg.sync_batchnorm,
         max_epochs=cfg.max_epochs,
@@ -99,7 +148,7 @@ def build_trainer(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None =
         gradient_clip_val=cfg.gradient_clip_val or None,
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
-        logger=build_logger(cfg),
+        logger=build_logger(cfg, logger_version),
         callbacks=build_callbacks(cfg),
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,
@@ -109,4 +158,7 @@ def build_trainer(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None =
         inference_mode=not hw.compile,
     )
     kwargs.update(overrides)
+    tips = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoAdverts) for f in tips.filters):
+        tips.addFilter(_NoAdverts())
     return L.Trainer(**kwargs)

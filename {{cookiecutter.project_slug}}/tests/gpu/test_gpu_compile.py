@@ -82,7 +82,7 @@ def test_compiled_network_never_recompiles_after_the_first_epoch_and_matches_eag
     # explicitly, so the comparison runs where training ran.
     net = network(trainer.lightning_module).to(accelerator).eval()
     hp = trainer.lightning_module.hparams
-    eager = build_network(hp["model"], hp["num_classes"], hp["image_size"])
+    eager = build_network(hp["model"], len(hp["class_names"]), hp["image_size"])
     eager.load_state_dict(net.state_dict())
     eager.to(accelerator).to(memory_format=torch.channels_last).eval()
     x = torch.randn(8, 3, 16, 16, device=accelerator).contiguous(memory_format=torch.channels_last)

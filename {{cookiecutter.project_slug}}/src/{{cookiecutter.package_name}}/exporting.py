@@ -1,0 +1,118 @@
+"""Export a trained classifier as one graph (inference.ServingModel) and prove it computes what PyTorch does.
+
+The file is written under a temporary name beside the output, run on images it was not traced with (another batch
+size, another image size), compared with the PyTorch model, and only then renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .config import ConfigError, ExportConfig
+from .inference import ServingModel
+from .predictions import publish
+
+SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}
+# The class of each logit, as a JSON list, inside the file: ONNX metadata_props, or an extra file of the .pt2 archive.
+CLASS_NAMES = "class_names"
+
+
+class ParityError(RuntimeError):
+    """The exported graph's logits differ from PyTorch's by more than the tolerance."""
+
+
+def output_path(cfg: ExportConfig) -> Path:
+    path = Path(cfg.output) if cfg.output else Path(cfg.checkpoint).with_suffix(SUFFIXES[cfg.format])
+    if not path.resolve().parent.is_dir():
+        raise ConfigError("output", f"folder {path.resolve().parent} does not exist; create it or give another path")
+    return path
+
+
+def sample_batches(serving: ServingModel) -> tuple[Tensor, list[Tensor]]:
+    """The batch the graph is traced with, and the ones it is checked on: other batch sizes and image sizes."""
+    side = round(serving.image_size / serving.crop_pct)  # the size the eval crop resizes to: a typical input
+    generator = torch.Generator().manual_seed(0)
+
+    def batch(n: int, h: int, w: int) -> Tensor:
+        return torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8, generator=generator)
+
+    return batch(2, side + 5, side + 11), [
+        batch(2, side + 5, side + 11),
+        batch(5, side, side),
+        batch(1, side * 2, side + 3),
+    ]
+
+
+def _dynamic_shapes() -> dict[str, dict[int, torch.export.Dim]]:
+    dim = torch.export.Dim
+    return {
+        "images": {
+            0: dim("batch", min=1, max=4096),
+            2: dim("height", min=2, max=16384),
+            3: dim("width", min=2, max=16384),
+        }
+    }
+
+
+def _export_onnx(serving: ServingModel, example: Tensor, checks: list[Tensor], path: Path) -> list[Tensor]:
+    """Through the torch.export-based exporter; checked in ONNX Runtime, as a serving process would run it."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # the exporter narrates every step
+        # roi_align's sampling_ratio -1 (adaptive) is what ONNX RoiAlign calls 0: the warning is about nothing.
+        warnings.filterwarnings("ignore", message="ONNX export for RoIAlign with a non-zero sampling_ratio")
+        program = torch.onnx.export(
+            serving,
+            (example,),
+            dynamo=True,
+            input_names=["images"],
+            output_names=["logits"],
+            dynamic_shapes=_dynamic_shapes(),
+            external_data=False,
+        )
+    assert program is not None
+    program.model.metadata_props[CLASS_NAMES] = json.dumps(serving.class_names)
+    program.save(str(path))
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [torch.from_numpy(session.run(None, {"images": b.numpy()})[0]) for b in checks]
+
+
+def _export_program(serving: ServingModel, example: Tensor, checks: list[Tensor], path: Path) -> list[Tensor]:
+    program = torch.export.export(serving, (example,), dynamic_shapes=_dynamic_shapes())
+    torch.export.save(program, str(path), extra_files={CLASS_NAMES: json.dumps(serving.class_names)})
+    loaded = torch.export.load(str(path)).module()  # the round trip a serving process makes
+    with torch.no_grad():
+        return [loaded(b) for b in checks]
+
+
+def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float]:
+    """Write the export of `serving` to the output path; return it, the largest logit difference and the bound."""
+    path = output_path(cfg)
+    serving = serving.eval()
+    example, checks = sample_batches(serving)
+    with torch.no_grad():
+        expected = [serving(b) for b in checks]
+    handle, temp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=SUFFIXES[cfg.format])
+    os.close(handle)
+    try:
+        writer = _export_onnx if cfg.format == "onnx" else _export_program
+        got = writer(serving, example, checks, Path(temp))
+        diff = max(float((g - e).abs().max()) for g, e in zip(got, expected, strict=True))
+        bound = cfg.tolerance * max(1.0, max(float(e.abs().max()) for e in expected))
+        if not diff <= bound:
+            raise ParityError(
+                f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
+            )
+        publish(Path(temp), path)
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    return path, diff, bound

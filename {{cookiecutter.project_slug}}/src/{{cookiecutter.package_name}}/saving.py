@@ -1,0 +1,118 @@
+"""How and when checkpoints reach the disk: atomically, and also mid-epoch so a hard kill loses a bounded amount.
+
+Lightning's own save writes the file through a temporary file in `$TMPDIR` and moves it into place. With `$TMPDIR` on
+another filesystem (`/tmp` is often tmpfs) the move is a copy: a kill during it leaves a truncated checkpoint where
+the previous good one was, and a full disk leaves a truncated file and a traceback. Here the temporary file is in
+the destination directory, so the final rename is atomic: the previous checkpoint survives any failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
+
+
+class CheckpointSpaceError(OSError):
+    """The disk (or quota) holding the checkpoints is full; says where and how much a checkpoint needs."""
+
+    def __init__(self, path: Path, needed: int) -> None:
+        free = shutil.disk_usage(path.parent).free
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left in {path.parent} to save {path.name}: it needs about {needed / 2**20:.0f} MiB "
+            f"({needed} bytes), {free / 2**20:.0f} MiB are free",
+        )
+        self.path, self.needed = path, needed
+
+
+def tensor_bytes(tree: Any) -> int:
+    """The bytes of all tensors in a nested checkpoint: close to its size on disk."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tree)
+    return 0
+
+
+def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
+    """torch.save to `.<name>.partial` beside `path`, fsync, rename over `path`, fsync the directory.
+
+    The partial file has a fixed name, so one a killed save left behind is overwritten by the next save.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as fh:
+            torch.save(checkpoint, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # the data is on disk before the name points at it
+        os.replace(partial, path)
+    except BaseException as err:
+        partial.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # and the rename itself survives a power cut
+    finally:
+        os.close(directory)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO for local paths, with `atomic_torch_save` for writing."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's fsspec path
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        atomic_torch_save(checkpoint, Path(path))
+
+
+class PeriodicCheckpoint(Callback):
+    """Saves `path` every `every_steps` optimizer steps and/or `every_seconds` of wall time, mid-epoch included.
+
+    Steps are counted alike on every rank. Time is read on rank 0, and only on logging steps under DDP, where the
+    ranks then agree by one broadcast: asking every step would make every step wait for the slowest rank.
+    """
+
+    def __init__(self, path: Path, every_steps: int | None, every_seconds: float | None, log_every_n_steps: int):
+        self.path, self.every_steps, self.every_seconds = path, every_steps, every_seconds
+        self.log_every_n_steps = log_every_n_steps
+        self.last_saved = time.monotonic()
+        self.seen_step = -1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.last_saved, self.seen_step = time.monotonic(), trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.checkpoint_callback is None or getattr(trainer, "fast_dev_run", False):
+            return  # checkpointing is off (bench, profile, fast-dev-run)
+        step = trainer.global_step
+        if step == self.seen_step:  # accumulating gradients: they are not in a checkpoint, so never save here
+            return
+        self.seen_step = step
+        due = self.every_steps is not None and step % self.every_steps == 0
+        ask_clock = trainer.world_size == 1 or step % self.log_every_n_steps == 0
+        if self.every_seconds is not None and not due and ask_clock:
+            late = time.monotonic() - self.last_saved >= self.every_seconds
+            due = bool(trainer.strategy.broadcast(late)) if trainer.world_size > 1 else late
+        if due:
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self.last_saved = time.monotonic()
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.last_saved = time.monotonic()  # an epoch-end save restarts the clock too

@@ -1,0 +1,57 @@
+"""The built-in data sources: generated shapes (no download, learnable in a minute) and CIFAR-10's own format."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def make_shapes(n: int, size: int, seed: int) -> tuple[Tensor, Tensor]:
+    """`n` noisy images of one random shape each, labelled by shape; the same seed gives the same images."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(SHAPES), n)
+    images = np.empty((n, 3, size, size), dtype=np.uint8)
+    grid = (np.arange(size) + 0.5) / size
+    for start in range(0, n, 512):  # chunks bound the memory of the per-pixel masks
+        m = min(512, n - start)
+        r = rng.uniform(0.2, 0.36, m)[:, None, None]
+        cy, cx = (rng.uniform(r[:, 0, 0], 1 - r[:, 0, 0])[:, None, None] for _ in range(2))
+        dy, dx = (grid[None, :, None] - cy) / r, (grid[None, None, :] - cx) / r
+        ay, ax, d2 = np.abs(dy), np.abs(dx), dx**2 + dy**2
+        masks = np.stack(
+            [
+                d2 <= 1.0,
+                np.maximum(ax, ay) <= 0.8,
+                (dy <= 0.75) & (ax <= (dy + 0.95) / 1.7),
+                ((ax <= 0.28) & (ay <= 1.0)) | ((ay <= 0.28) & (ax <= 1.0)),
+                (d2 <= 1.0) & (d2 >= 0.45),
+                ax + ay <= 1.0,
+            ]
+        )
+        mask = masks[labels[start : start + m], np.arange(m)][:, None]
+        background = rng.uniform(0, 255, (m, 3, 1, 1))
+        shift = rng.uniform(70, 130, (m, 3, 1, 1))
+        foreground = np.where(background > 127, background - shift, background + shift)
+        pixels = np.where(mask, foreground, background) + rng.normal(0, 18, (m, 3, size, size))
+        images[start : start + m] = np.clip(pixels, 0, 255).astype(np.uint8)
+    return torch.from_numpy(images), torch.from_numpy(labels)
+
+
+def read_cifar10(root: Path, train: bool) -> tuple[Tensor, Tensor]:
+    """CIFAR-10 from its own python-pickle format, the files torchvision's download unpacks."""
+    folder = root / "cifar-10-batches-py"
+    names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+    images, labels = [], []
+    for name in names:
+        with open(folder / name, "rb") as fh:
+            batch = pickle.load(fh, encoding="latin1")
+        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.extend(batch["labels"])
+    return torch.from_numpy(np.concatenate(images)), torch.tensor(labels)

@@ -1,0 +1,217 @@
+"""Decoding and the ImageNet-style crops, shared by training (data.py) and inference (predict.py).
+
+Decoding uses TorchCodec, the maintained successor of torchvision's decoders; torchvision's decoder is only the
+fallback where TorchCodec has no wheel. The crops are one `roi_align` call over the whole batch, on whichever device
+the batch is on: one kernel instead of a Python loop of small resizes, and the same code on CPU and GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+from torchvision.ops import roi_align
+
+from .decoding import (
+    UnreadableImageError,
+    decode_batch,
+    decode_each,
+    decode_rgb,
+    gpu_decodable,
+    torchcodec_available,
+)
+
+__all__ = [
+    "ImageFiles",
+    "UnreadableImageError",
+    "collate_bytes",
+    "collate_images",
+    "decode_batch",
+    "decode_each",
+    "decode_rgb",
+    "eval_transform",
+    "gpu_decodable",
+    "limit_size",
+    "max_side",
+    "pad_images",
+    "random_resized_boxes",
+    "read_bytes",
+    "split_bytes",
+    "torchcodec_available",
+    "train_transform",
+]
+
+CROP_PCT = 0.875  # eval: the centre crop covers 87.5% of the shorter side, the ImageNet convention (256 -> 224)
+SCALE = (0.08, 1.0)  # train: the crop's share of the image area
+RATIO = (3 / 4, 4 / 3)  # train: the crop's width / height
+
+
+def read_bytes(path: str) -> Tensor:
+    """A file's bytes as a 1-D uint8 tensor: all a GPU-decoding loader worker does per sample."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+class ImageFiles(Dataset[tuple[Tensor, int]]):
+    """Image files by path, as (tensor, label); label -1 when there are no labels (prediction).
+
+    mode "decoded": the tensor is the uint8 RGB image (3, H, W), decoded here, in the loader worker (CPU decoding),
+    its shorter side limited to `max_side`. Mode "bytes": the file's encoded bytes, decoded later in one batch on the
+    device. A file no decoder can read is skipped with a warning naming it and the next one takes its place, so
+    batch shapes stay fixed: one bad file in a million should not end a run hours in. In bytes mode, files nvJPEG
+    cannot take are decoded here once just to check them; the device-side fallback decodes them again."""
+
+    def __init__(
+        self, paths: Sequence[str], labels: Sequence[int] | None = None, mode: str = "decoded", max_side: int = 0
+    ) -> None:
+        if mode not in ("decoded", "bytes"):
+            raise ValueError(f"mode is 'decoded' or 'bytes', not {mode!r}")
+        self.paths, self.mode, self.max_side = list(paths), mode, max_side
+        self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, label) pairs, as torchvision's ImageFolder names them."""
+        return list(zip(self.paths, self.labels, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        for i in (j % len(self) for j in range(index, index + len(self))):
+            try:
+                data = read_bytes(self.paths[i])
+                if self.mode == "bytes":
+                    if not gpu_decodable(data):
+                        decode_rgb(data)
+                    return data, self.labels[i]
+                image = decode_rgb(data)
+                return (limit_size(image, self.max_side) if self.max_side else image), self.labels[i]
+            except (UnreadableImageError, OSError) as err:
+                warnings.warn(f"skipping unreadable image {self.paths[i]}: {err}", stacklevel=2)
+        raise UnreadableImageError(f"none of the {len(self)} images can be read, e.g. {self.paths[0]}")
+
+
+def collate_images(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Decoded images of any sizes -> (padded uint8 batch (N, 3, H, W), sizes (N, 2), labels (N,))."""
+    images, sizes = pad_images([s[0] for s in samples])
+    return images, sizes, torch.tensor([s[1] for s in samples])
+
+
+def collate_bytes(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Encoded files of any lengths -> (all bytes end to end, 1-D uint8; their lengths (N,); labels (N,)).
+
+    One flat tensor pins and copies in one go, and wastes nothing on padding."""
+    flat = torch.cat([s[0] for s in samples]) if samples else torch.empty(0, dtype=torch.uint8)
+    lengths = torch.tensor([len(s[0]) for s in samples], dtype=torch.int64)
+    return flat, lengths, torch.tensor([s[1] for s in samples])
+
+
+def split_bytes(flat: Tensor, lengths: Tensor) -> list[Tensor]:
+    """Undo collate_bytes: one 1-D uint8 tensor per file (views, no copy)."""
+    return list(torch.split(flat, lengths.tolist()))
+
+
+def pad_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """Images of any sizes -> one (N, 3, Hmax, Wmax) batch and their (height, width) sizes, (N, 2).
+
+    The padding repeats each image's last row and column, so the bilinear samples that roi_align takes half a pixel
+    inside a box's far edge never blend in anything but the image."""
+    height, width = max(i.shape[-2] for i in images), max(i.shape[-1] for i in images)
+    batch = images[0].new_empty((len(images), 3, height, width))
+    for n, image in enumerate(images):
+        h, w = image.shape[-2:]
+        batch[n, :, :h, :w] = image
+        batch[n, :, h:, :w] = image[:, -1:, :]
+        batch[n, :, :, w:] = batch[n, :, :, w - 1 : w]
+    sizes = torch.tensor([list(i.shape[-2:]) for i in images], dtype=torch.int64, device=images[0].device)
+    return batch, sizes
+
+
+def max_side(image_size: int, crop_pct: float = CROP_PCT) -> int:
+    """The shorter side decoded photos are shrunk to: twice the eval resize, enough for all but the smallest random
+    crops, and a batch of mixed sizes pads to a bounded size (ImageNet has 4000 px photos). Prediction must use the
+    same, to see what validation saw."""
+    return math.ceil(2 * image_size / crop_pct)
+
+
+def limit_size(image: Tensor, max_side: int) -> Tensor:
+    """Shrink an image whose shorter side exceeds `max_side` (antialiased), so that a batch of mixed photos pads to
+    a bounded size; the crops never need more resolution than that."""
+    h, w = image.shape[-2:]
+    if min(h, w) <= max_side:
+        return image
+    scale = max_side / min(h, w)
+    size = [max(1, round(h * scale)), max(1, round(w * scale))]
+    resized = torch.nn.functional.interpolate(
+        image[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
+    )
+    return resized[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def eval_boxes(sizes: Tensor, crop_pct: float = CROP_PCT) -> Tensor:
+    """(x1, y1, x2, y2) of the centre square covering `crop_pct` of each image's shorter side: resizing the shorter
+    side to image_size / crop_pct and centre-cropping image_size is the same region."""
+    h, w = sizes[:, 0].float(), sizes[:, 1].float()
+    side = crop_pct * torch.minimum(h, w)
+    x1, y1 = (w - side) / 2, (h - side) / 2
+    return torch.stack([x1, y1, x1 + side, y1 + side], dim=1)
+
+
+def random_resized_boxes(
+    sizes: Tensor, scale: tuple[float, float] = SCALE, ratio: tuple[float, float] = RATIO, tries: int = 10
+) -> Tensor:
+    """Random-resized-crop boxes, drawn on sizes' device from torch's global generator (which resume.py saves).
+
+    Like torchvision's RandomResizedCrop: up to `tries` (area, ratio) draws per image, the first that fits wins;
+    if none fits, the largest centre crop with the ratio clamped into range. All images in one go."""
+    n, device = len(sizes), sizes.device
+    h, w = sizes[:, 0].float()[:, None], sizes[:, 1].float()[:, None]
+    area = h * w * torch.empty(n, tries, device=device).uniform_(*scale)
+    log_ratio = torch.empty(n, tries, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1]))
+    aspect = log_ratio.exp()
+    cw, ch = (area * aspect).sqrt(), (area / aspect).sqrt()
+    fits = (cw <= w) & (ch <= h)
+    first = fits.float().argmax(dim=1, keepdim=True)  # index of the first try that fits (0 if none does)
+    cw, ch, any_fit = cw.gather(1, first)[:, 0], ch.gather(1, first)[:, 0], fits.any(dim=1)
+    h, w = h[:, 0], w[:, 0]
+    image_ratio = w / h
+    fallback_w = torch.where(image_ratio < ratio[0], w, torch.where(image_ratio > ratio[1], h * ratio[1], w))
+    fallback_h = torch.where(image_ratio < ratio[0], w / ratio[0], torch.where(image_ratio > ratio[1], h, h))
+    cw, ch = torch.where(any_fit, cw, fallback_w), torch.where(any_fit, ch, fallback_h)
+    offset = torch.rand(n, 2, device=device, dtype=torch.float32)
+    x1 = torch.where(any_fit, offset[:, 0] * (w - cw), (w - cw) / 2)
+    y1 = torch.where(any_fit, offset[:, 1] * (h - ch), (h - ch) / 2)
+    return torch.stack([x1, y1, x1 + cw, y1 + ch], dim=1)
+
+
+def crop_resize(images: Tensor, boxes: Tensor, size: int) -> Tensor:
+    """One `roi_align` call: box n of image n, resized to size x size, float in [0, 255].
+
+    Each output pixel averages ceil(box side / size)^2 samples, so shrinking is antialiased as a resize would be."""
+    # shape[0], not len(): len() fixes the batch size in an exported graph (export.py), shape[0] keeps it symbolic.
+    rois = torch.cat([torch.arange(boxes.shape[0], device=images.device, dtype=torch.float32)[:, None], boxes], dim=1)
+    x = images.float()
+    return roi_align(x, rois.to(x.dtype), output_size=(size, size), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+
+
+def eval_transform(images: Tensor, sizes: Tensor, image_size: int, crop_pct: float = CROP_PCT) -> Tensor:
+    """Evaluation and prediction: resize the shorter side to image_size / crop_pct, centre-crop image_size.
+
+    `images` is a padded batch (N, 3, H, W) of any dtype, `sizes` the real (height, width) of each; float [0, 255]
+    (N, 3, image_size, image_size) out, deterministic."""
+    return crop_resize(images, eval_boxes(sizes.to(images.device), crop_pct), image_size)
+
+
+def train_transform(images: Tensor, sizes: Tensor, image_size: int) -> Tensor:
+    """Training: a random-resized crop (scale 0.08-1, ratio 3/4-4/3), then a random horizontal flip, on the batch's
+    device and from torch's global generators; float [0, 255] (N, 3, image_size, image_size) out."""
+    boxes = random_resized_boxes(sizes.to(images.device))
+    x = crop_resize(images, boxes, image_size)
+    flip = torch.rand(len(x), 1, 1, 1, device=x.device) < 0.5
+    return torch.where(flip, x.flip(-1), x)

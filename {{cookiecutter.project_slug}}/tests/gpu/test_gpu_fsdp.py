@@ -1,0 +1,48 @@
+"""FSDP on one GPU: the whole FSDP path (wrapping, fused AdamW on its parameters, the gathered checkpoint) without
+needing two. Its first H100 run crashed at the first optimizer step: channels_last weights got contiguous gradients,
+which CUDA's fused AdamW refuses (tests/test_fsdp_layout.py checks the strides on the CPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, run_train
+from probes import NEEDS_GPU
+
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+def test_fsdp_on_one_gpu_trains_resumes_and_its_checkpoint_loads_on_a_cpu(tiny_args: list[str], tmp_path: Path) -> None:
+    precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    args = [*tiny_args, "--accelerator=cuda", "--strategy=fsdp", "--devices=1", f"--precision={precision}"]
+    args += ["--channels-last"]  # the layout the crash needed: NHWC inputs, and (before the fix) NHWC weights
+    first = run_train(*args, "--max-epochs=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    resumed = run_train(*args, "--max-epochs=2", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True)
+    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch, continued from step 4"
+
+    load_on_cpu = (
+        f"import sys, torch; from {ImageClassifier.__module__} import ImageClassifier; "
+        "model = ImageClassifier.load_from_checkpoint(sys.argv[1], map_location='cpu', weights_only=True).eval(); "
+        "print(torch.cuda.is_available(), *{str(t.device) for t in model.state_dict().values()}, "
+        "bool(model(torch.rand(2, 3, 16, 16) * 255).isfinite().all()))"
+    )
+    env = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", load_on_cpu, str(last)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["False", "cpu", "True"], "no GPU visible, every tensor on the CPU, finite logits"

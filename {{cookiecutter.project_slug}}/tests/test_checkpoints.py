@@ -1,0 +1,143 @@
+"""Checkpoints on disk: only ours are resumed from, and saving one never destroys the previous one."""
+
+from __future__ import annotations
+
+import errno
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import run_train
+
+import train
+
+TINY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--image-size=16", "--batch-size=8"]
+TINY += ["--train-samples=32", "--num-workers=0", "--logger=csv", "--log-every-n-steps=1"]
+
+
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A last.ckpt as train.py writes it: one epoch of resnet18 on 6 classes at 16 px."""
+    out = tmp_path_factory.mktemp("real") / "run"
+    train.main([*TINY, "--max-epochs=1", f"--output-dir={out}"])
+    return out / "checkpoints" / "last.ckpt"
+
+
+def edited(real: Path, tmp: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
+    checkpoint = torch.load(real, map_location="cpu", weights_only=True)
+    path = tmp / "edited.ckpt"
+    changed = edit(checkpoint)
+    torch.save(checkpoint if changed is None else changed, path)
+    return path
+
+
+def with_hparam(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda checkpoint: checkpoint["hyper_parameters"].__setitem__(key, value)
+
+
+def raw(data: bytes) -> Callable[[Path, Path], Path]:
+    def write(real: Path, tmp: Path) -> Path:
+        (tmp / "raw.ckpt").write_bytes(data)
+        return tmp / "raw.ckpt"
+
+    return write
+
+
+def legacy(real: Path, tmp: Path) -> Path:
+    torch.save({"state_dict": {}}, tmp / "legacy.ckpt", _use_new_zipfile_serialization=False)
+    return tmp / "legacy.ckpt"
+
+
+# Each case: how to make the file from a real checkpoint, the flags of the resuming run, what the one line says.
+CASES: dict[str, tuple[Callable[[Path, Path], Path], list[str], str]] = {
+    "an _instantiator to import and run": (
+        lambda real, tmp: edited(real, tmp, with_hparam("_instantiator", "os.system")),
+        [],
+        "names an _instantiator ('os.system') that loading would import and run; refusing it",
+    ),
+    "another architecture": (lambda real, tmp: real, ["--model=resnet34"], "model='resnet18' (this run: 'resnet34')"),
+    "another class count": (
+        lambda real, tmp: edited(
+            real,
+            tmp,
+            lambda c: c["state_dict"].update({k: v[:4] for k, v in c["state_dict"].items() if k.startswith("net.fc.")}),
+        ),
+        [],
+        "is for another network: weights differ (net.fc.weight: (4, 512) vs (6, 512))",
+    ),
+    "another image size": (lambda real, tmp: real, ["--image-size=96"], "image_size=16 (this run: 96)"),
+    "a dict that is not a checkpoint": (
+        lambda real, tmp: edited(real, tmp, lambda c: {"hello": 1}),
+        [],
+        "is not a Lightning training checkpoint (no state_dict, global_step, loops, optimizer_states)",
+    ),
+    "a bare tensor": (
+        lambda real, tmp: edited(real, tmp, lambda c: torch.zeros(3)),
+        [],
+        "is not a Lightning training checkpoint (a Tensor)",
+    ),
+    "an empty file": (raw(b""), [], "is empty (0 bytes)"),
+    "random bytes": (raw(bytes(range(256)) * 4), [], "is not a checkpoint written by torch.save (not a zip archive"),
+    "a legacy pickle": (legacy, [], "is not a checkpoint written by torch.save (not a zip archive"),
+    "a plain pickle": (raw(pickle.dumps({"state_dict": {}})), [], "not a zip archive"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_checkpoint_that_is_not_this_runs_is_refused_in_one_line(
+    case: str, real_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make, flags, expected = CASES[case]
+    path = make(real_checkpoint, tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*TINY, f"--output-dir={tmp_path / 'run'}", f"--resume={path}", *flags])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --resume: "), lines
+    assert expected in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_auto_through_the_command_line_continues_a_requeued_run(tmp_path: Path) -> None:
+    """What scripts/slurm.sbatch runs on every (re)start: the first start trains afresh, the next continues."""
+    out = tmp_path / "run"
+    first = run_train(*TINY, "--max-epochs=1", f"--output-dir={out}", "--resume", "auto")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "resume: auto" in (out / "config.yaml").read_text()
+    second = run_train(*TINY, "--max-epochs=2", f"--output-dir={out}", "--resume", "auto")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"Restoring states from the checkpoint path at {out / 'checkpoints' / 'last.ckpt'}" in second.stderr
+    assert torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 8
+
+
+def test_a_full_disk_is_one_line_naming_the_directory_and_bytes_and_keeps_the_previous_checkpoint(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_save = torch.save
+
+    def disk_fills_after_step_4(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(obj, dict) and obj.get("global_step", 0) > 4:  # the second epoch's saves
+            f.write(b"\0" * 4096)  # what fits before the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills_after_step_4)
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*tiny_args, "--max-epochs=2"])
+    assert exit_info.value.code == 1
+    output = capsys.readouterr().err
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in output and len(errors) == 1, output[-3000:]
+    err = errors[0]
+    folder = tmp_path / "run" / "checkpoints"
+    assert err.startswith(f"error: --output-dir: no space left in {folder} to save ")
+    assert " MiB (" in err and " bytes), " in err and "the previous checkpoint is untouched" in err
+    needed = int(err.split(" MiB (")[1].split(" bytes")[0])
+    assert needed > 11_000_000 * 4  # resnet18's weights alone
+    previous = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
+    assert previous["global_step"] == 4
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no partial file left

@@ -1,0 +1,102 @@
+"""Loader workers sized to the CPUs this process may use, and where folder images are decoded."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import train
+from {{ cookiecutter.package_name }} import hardware
+from {{ cookiecutter.package_name }}.cli import parse_args
+from {{ cookiecutter.package_name }}.config import ConfigError
+
+
+@pytest.fixture
+def sixteen_cpus(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    for name in ("SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_default_workers_are_all_cpus_but_one_with_no_cap_of_eight(sixteen_cpus: pytest.MonkeyPatch) -> None:
+    hw = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]))
+    assert hw.num_workers == 15 and "workers/device=15" in hw.summary()
+    explicit = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--num-workers=3"]))
+    assert explicit.num_workers == 3
+
+
+def test_workers_follow_the_affinity_mask_not_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)  # taskset -c 0-3
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 64)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert hardware.cpus_per_device(1) == 4 and hardware.cpus_per_device(2) == 2
+
+
+def test_slurm_cpus_per_task_bound_each_task_and_are_shared_only_by_its_own_devices(
+    sixteen_cpus: pytest.MonkeyPatch,
+) -> None:
+    sixteen_cpus.setenv("SLURM_CPUS_PER_TASK", "6")
+    sixteen_cpus.setenv("SLURM_NTASKS_PER_NODE", "4")  # srun: one task per GPU, each sees the node's mask
+    assert hardware.cpus_per_device(4) == 6
+    sixteen_cpus.setenv("SLURM_NTASKS_PER_NODE", "1(x2)")  # one task per node drives 2 devices itself
+    assert hardware.cpus_per_device(2) == 3
+    hw = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]))
+    assert hw.num_workers == 5
+
+
+def write_folder(root: Path, suffix: str) -> Path:
+    for split in ("train", "val"):
+        for name in ("a", "b"):
+            (root / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(root / split / name / f"0{suffix}")
+    return root
+
+
+def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jpegs, pngs = write_folder(tmp_path / "j", ".jpg"), write_folder(tmp_path / "p", ".png")
+
+    def choice(accelerator: str, *flags: str) -> str:
+        return hardware._decode(parse_args(["--accelerator=cpu", *flags]), accelerator)
+
+    assert choice("cuda", "--data=folder", f"--data-dir={jpegs}") == "gpu"
+    assert choice("cpu", "--data=folder", f"--data-dir={jpegs}") == "cpu"
+    assert choice("cuda", "--data=folder", f"--data-dir={pngs}") == "cpu", "PNGs: nvJPEG cannot take them"
+    assert choice("cuda", "--data=synthetic") == "cpu"
+    assert choice("cuda", "--data=folder", f"--data-dir={jpegs}", "--decode=cpu") == "cpu"
+    monkeypatch.setitem(sys.modules, "torchcodec", None)  # where TorchCodec has no wheel
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)
+    assert choice("cuda", "--data=folder", f"--data-dir={jpegs}") == "cpu"
+    with pytest.raises(ConfigError, match="--decode: gpu needs TorchCodec"):
+        choice("cuda", "--data=folder", f"--data-dir={jpegs}", "--decode=gpu")
+
+
+def test_the_summary_names_the_decoder(tmp_path: Path) -> None:
+    cfg = parse_args(["--accelerator=cpu", "--precision=32-true", "--data=folder", f"--data-dir={tmp_path}"])
+    write_folder(tmp_path, ".jpg")
+    assert "decode=cpu" in hardware.resolve(cfg).summary()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--decode=gpu"], "error: --decode: gpu needs a CUDA GPU, not cpu; use cpu or auto"),
+        (["--decode=gpu", "--data=synthetic"], "error: --decode: gpu decodes image files, which only --data folder"),
+        (["--decode=fast"], "error: --decode: 'fast' is not one of: auto, cpu, gpu"),
+    ],
+)
+def test_a_decoder_that_cannot_work_here_is_refused_in_one_line(
+    flags: list[str], message: str, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = write_folder(tmp_path / "data", ".jpg")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*tiny_args, "--data=folder", f"--data-dir={data}", *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(message)
+    assert not (tmp_path / "run").exists()

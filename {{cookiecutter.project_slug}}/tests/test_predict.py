@@ -1,0 +1,151 @@
+"""predict.py on a model train.py trained: right labels, one row per input in input order, on 1 and 2 processes, and
+one line for each bad input with nothing half-written."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from trained_model import run_script, trained_checkpoint
+
+import predict
+from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS
+
+Held = list[tuple[Path, str]]
+# Pinned, not left to the bake's defaults (which may be 16-mixed, a CUDA-only precision), as in conftest's tiny_args.
+CPU = ["--accelerator=cpu", "--precision=32-true"]
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Held]:
+    return trained_checkpoint(tmp_path_factory.getbasetemp() / "tiny-classifier")
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_predict_labels_held_out_images_one_row_per_input_in_order_skipping_an_unreadable_one_with_a_warning(
+    trained: tuple[Path, Held], tmp_path: Path
+) -> None:
+    checkpoint, held = trained
+    truth = {str(path): name for path, name in held}
+    listed = [path for path, _ in held[::4]][::-1]  # a list file, in an order of its own; one entry relative to it
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n but then no image at all")
+    lines = [os.path.relpath(listed[0], tmp_path), str(broken), *(str(p) for p in listed[1:])]
+    (tmp_path / "list.txt").write_text("# images to label\n" + "\n".join(lines) + "\n\n")
+    folder, single = held[0][0].parent, held[-1][0]
+    output = tmp_path / "predictions.csv"
+
+    args = ["--checkpoint", str(checkpoint), str(tmp_path / "list.txt"), str(folder), str(single)]
+    result = run_script("predict.py", *args, f"--output={output}", *CPU, "--batch-size=8")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    rows = read_csv(output)
+    expected = [tmp_path / os.path.relpath(listed[0], tmp_path), *listed[1:], *sorted(folder.glob("*.png")), single]
+    assert [Path(row["path"]).resolve() for row in rows] == [p.resolve() for p in expected]
+    correct = sum(row["predicted"] == truth[str(Path(row["path"]).resolve())] for row in rows)
+    assert correct >= 0.9 * len(rows), f"{correct}/{len(rows)} right; chance is 1/3"
+    # --top-k defaults to 5, capped at the 3 classes; most probable first, the first being the prediction.
+    assert list(rows[0]) == ["path", "predicted", "class_1", "prob_1", "class_2", "prob_2", "class_3", "prob_3"]
+    for row in rows:
+        probs = [float(row[f"prob_{i}"]) for i in (1, 2, 3)]
+        assert probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1, abs=1e-4)
+        assert row["class_1"] == row["predicted"] and {row[f"class_{i}"] for i in (1, 2, 3)} == set(truth.values())
+    assert f"predicted {len(rows)} images, 1 unreadable skipped" in result.stdout and str(output) in result.stdout
+    assert f"warning: skipping unreadable image {broken}" in result.stderr
+
+
+def test_two_cpu_processes_predict_every_image_exactly_once_in_input_order(
+    trained: tuple[Path, Held], tmp_path: Path
+) -> None:
+    checkpoint, held = trained
+    images = [path for path, _ in held][:-1]  # 29: an odd number, which two ranks cannot split evenly
+    (tmp_path / "list.txt").write_text("\n".join(str(p) for p in images))
+    output = tmp_path / "predictions.csv"
+
+    args = ["--checkpoint", str(checkpoint), str(tmp_path / "list.txt"), f"--output={output}", "--top-k=1"]
+    result = run_script("predict.py", *args, *CPU, "--devices=2", "--batch-size=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    assert "cpu x2" in result.stdout
+    rows = read_csv(output)
+    assert [row["path"] for row in rows] == [str(p) for p in images]
+    assert sum(row["predicted"] == p.parent.name for row, p in zip(rows, images, strict=True)) >= 0.9 * len(images)
+
+
+def test_jsonl_output_by_suffix_with_top_k(trained: tuple[Path, Held], tmp_path: Path) -> None:
+    checkpoint, held = trained
+    good = [held[15][0], held[0][0]]
+    output = tmp_path / "predictions.jsonl"
+
+    args = [str(good[0]), str(good[1]), "--checkpoint", str(checkpoint), f"--output={output}"]
+    metrics = predict.main([*args, *CPU, "--num-workers=0", "--top-k=2"])
+
+    assert metrics["images"] == 2 and metrics["skipped"] == 0
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["path"] for row in rows] == [str(p) for p in good]
+    assert [row["predicted"] for row in rows] == [p.parent.name for p in good]
+    assert all(len(row["top_k"]) == 2 and row["top_k"][0]["class"] == row["predicted"] for row in rows)
+
+
+def read_only_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot write in; root ignores permission bits, but not a read-only file system."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return Path("/sys") if os.geteuid() == 0 else folder
+
+
+BAD_INPUTS = {
+    "missing checkpoint": (["--checkpoint={tmp}/nope.ckpt"], "--checkpoint: no file at"),
+    "not a Lightning checkpoint": (["--checkpoint={tmp}/weights.ckpt"], "--checkpoint: .*weights.ckpt is not a "),
+    "another project's checkpoint": (
+        ["--checkpoint={tmp}/other.ckpt"],
+        f"--checkpoint: .* not a checkpoint of this project's train.py .its hparams lack {', '.join(REQUIRED_HPARAMS)}",
+    ),
+    "a pickle": (["--checkpoint={tmp}/pickle.ckpt"], "--checkpoint: .* holds a pickled argparse.Namespace"),
+    "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .*text.ckpt is not a "),
+    "folder without images": (["{tmp}/empty"], "INPUT: no images in .*empty"),
+    "missing input": (["{tmp}/nowhere.png"], "INPUT: .*nowhere.png: no such file or folder"),
+    "output in a missing folder": (["--output={tmp}/missing/p.csv"], "--output: folder .*missing does not exist"),
+    "output in a read-only folder": (["--output={readonly}/p.csv"], "--output: cannot write in"),
+    "output of unknown type": (["--output={tmp}/p.txt"], "--output: .* must end in .csv or .jsonl"),
+    "top-k 0": (["--top-k=0"], "--top-k: must be 1 or more, got 0"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_each_bad_input_is_one_line_exit_2_and_nothing_written(
+    case: str, trained: tuple[Path, Held], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint, held = trained
+    torch.save({"weight": torch.zeros(2)}, tmp_path / "weights.ckpt")
+    lightning = {"global_step": 5, "loops": {}, "optimizer_states": [], "epoch": 0}  # as Lightning saves, but not ours
+    torch.save({"state_dict": {}, **lightning, "hyper_parameters": {"lr": 0.1}}, tmp_path / "other.ckpt")
+    torch.save({"hyper_parameters": argparse.Namespace(lr=0.1)}, tmp_path / "pickle.ckpt")
+    (tmp_path / "text.ckpt").write_text("not a checkpoint\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no images here")
+    readonly = read_only_folder(tmp_path)
+    extra, message = BAD_INPUTS[case]
+    extra = [arg.format(tmp=tmp_path, readonly=readonly) for arg in extra]
+    defaults = [str(held[0][0]), f"--checkpoint={checkpoint}", f"--output={tmp_path / 'p.csv'}", *CPU]
+    before = sorted(tmp_path.rglob("*"))
+
+    with pytest.raises(SystemExit) as exit_info:
+        predict.main([*defaults, *extra])
+
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    assert re.search(message, err), err
+    assert sorted(tmp_path.rglob("*")) == before  # no output, and no temporary file left behind

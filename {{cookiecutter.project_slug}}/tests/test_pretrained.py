@@ -1,0 +1,91 @@
+"""--pretrained: weights files made here (never downloaded), the offline answer, and the frozen first epochs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+from conftest import run_train
+from safetensors.torch import save_file
+from torch import nn
+
+from {{ cookiecutter.package_name }}.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.hardware import Hardware
+from {{ cookiecutter.package_name }}.model import ImageClassifier
+
+CPU = Hardware("cpu", 1, 1, "32-true", False, False, False, 0, False, "CPU")
+
+
+def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:
+    """A resnet18 with 1000 classes and non-default values everywhere (BatchNorm statistics included), saved."""
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=1000)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2), m.weight.data.uniform_(0.5, 1.5)
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    if path.suffix == ".safetensors":
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    else:
+        torch.save(state, path)
+    return state
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_a_weights_file_fills_every_backbone_tensor_and_the_head_is_new(
+    suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = imagenet_like_resnet18(tmp_path / f"weights{suffix}")
+    cfg = Config(model="resnet18", pretrained=str(tmp_path / f"weights{suffix}"), image_size=32, strategy="auto")
+    model = ImageClassifier.from_config(cfg, CPU, ["a", "b", "c"])
+    loaded = model.net.state_dict()
+    assert set(loaded) == set(saved)
+    for name in saved:
+        if name.startswith("fc."):
+            assert loaded[name].shape[0] == 3 and not loaded[name].any(), "a new zero head for our 3 classes"
+        else:
+            assert torch.equal(loaded[name], saved[name]), name
+    assert isinstance(model.net.conv1, nn.Conv2d) and model.net.conv1.kernel_size == (7, 7), "stem left alone"
+    note = capsys.readouterr().out.strip().splitlines()
+    assert len(note) == 1 and "keeps its own stem" in note[0] and "a larger --image-size" in note[0]
+
+
+@pytest.mark.parametrize(
+    ("model", "file", "message"),
+    [
+        ("resnet34", "resnet18.pt", r"resnet18.pt lack 96 of resnet34's 218 tensors \(e.g. 'layer1.2.conv1.weight'\)"),
+        ("resnet18", "missing.pt", r"--pretrained: no weights file at .*missing.pt; give a .pt/.pth/"),
+        ("resnet18", "notes.txt", r"--pretrained: no weights file at .*notes.txt; give a .pt/.pth/"),
+    ],
+)
+def test_weights_of_another_architecture_or_no_weights_file_are_refused(
+    model: str, file: str, message: str, tmp_path: Path
+) -> None:
+    imagenet_like_resnet18(tmp_path / "resnet18.pt")
+    (tmp_path / "notes.txt").write_text("not weights")
+    with pytest.raises(ConfigError, match=message):
+        ImageClassifier.from_config(Config(model=model, pretrained=str(tmp_path / file)), CPU, ["a", "b"])
+
+
+@pytest.mark.parametrize(
+    ("model", "how"),
+    [
+        ("resnet18", "download https://download.pytorch.org/models/resnet18-f37072fd.pth into "),
+        ("timm/resnet18.a1_in1k", "download model.safetensors from https://huggingface.co/timm/resnet18.a1_in1k"),
+    ],
+)
+def test_offline_without_a_cache_says_in_one_line_how_to_provide_the_weights(
+    model: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty-cache"
+    for variable in ("TORCH_HOME", "HF_HOME"):
+        monkeypatch.setenv(variable, str(empty))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run_train(f"--model={model}", "--pretrained", "--fast-dev-run", f"--output-dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: --pretrained: cannot get {model}'s pretrained weights (")
+    assert how in result.stderr and result.stderr.rstrip().endswith("pass --pretrained FILE")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "run").exists() and not any(empty.rglob("*.*")), "nothing half-written"

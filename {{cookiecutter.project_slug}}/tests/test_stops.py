@@ -1,0 +1,157 @@
+"""Stops as schedulers and terminals deliver them: signals to the whole process group, loader workers included.
+
+Each run is `python train.py` in its own session; the test waits for what the run prints or writes before it
+signals, never for a length of time, and kills the group if anything hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, run_train
+
+TIMEOUT = 300  # generous: the CPU is shared
+WORKERS = min(2, len(os.sched_getaffinity(0)))
+
+
+class Run:
+    """`python train.py ARGS` as the leader of a new process group, its output read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        command = [sys.executable, str(ROOT / "train.py"), *args]
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.output: str | None = None
+        self.watchdog = threading.Timer(TIMEOUT, self.kill)  # a hung run fails the test instead of blocking it
+        self.watchdog.start()
+
+    def wait_for(self, text: str) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if text in line:
+                return
+        pytest.fail(f"the run ended before printing {text!r}:\n{''.join(self.lines)[-3000:]}")
+
+    def signal_group(self, signum: int) -> None:
+        os.killpg(self.process.pid, signum)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the whole group may be gone already
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def finish(self) -> tuple[int, str]:
+        if self.output is None:
+            self.output = "".join(self.lines) + self.process.communicate()[0]
+            self.watchdog.cancel()
+        return self.process.returncode, self.output
+
+
+@pytest.fixture
+def runs() -> Iterator[list[Run]]:
+    started: list[Run] = []
+    yield started
+    for run in started:
+        run.kill()
+        run.finish()
+
+
+def step_of(checkpoint: Path) -> int:
+    return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_to_the_process_group_saves_despite_loader_workers_and_resume_continues(
+    signum: int, runs: list[Run], tiny_args: list[str], tmp_path: Path
+) -> None:
+    """`timeout`, `scancel` and a closed terminal signal every process of the job, the loader workers too."""
+    run = Run(*tiny_args, f"--num-workers={WORKERS}", "--max-epochs=1000")
+    runs.append(run)
+    run.wait_for("epoch 1/1000  batch 1/4")  # a step is done: the loader workers are up and serving
+    run.signal_group(signum)
+    code, output = run.finish()
+    assert code == 128 + signum, output[-3000:]
+    assert "Traceback" not in output and "killed by signal" not in output
+    name = signal.Signals(signum).name
+    assert f"stopped by {name} at step" in output and "continue with --resume last" in output
+
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, map_location="cpu", weights_only=True)
+    assert saved["global_step"] >= 1
+    if signum == signal.SIGTERM:  # resuming works alike whichever signal saved
+        resumed = run_train(*tiny_args, f"--max-epochs={saved['epoch'] + 1}", "--resume=last")  # end that epoch
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert step_of(last) == 4 * (saved["epoch"] + 1)
+
+
+def test_repeated_ctrl_c_still_saves_and_exits_130(runs: list[Run], tiny_args: list[str], tmp_path: Path) -> None:
+    run = Run(*tiny_args, "--max-epochs=1000")
+    runs.append(run)
+    run.wait_for("epoch 1/1000  batch 1/4")
+    while run.process.poll() is None:  # a user pressing Ctrl-C again and again until the run is gone
+        run.signal_group(signal.SIGINT)
+        time.sleep(0.02)
+    code, output = run.finish()
+    assert code == 130, output[-3000:]
+    assert "Traceback" not in output
+    assert step_of(tmp_path / "run" / "checkpoints" / "last.ckpt") >= 1
+
+
+@pytest.mark.parametrize("every", ["3steps", "0.001s"])
+def test_a_hard_kill_loses_at_most_checkpoint_every_and_resume_continues(
+    every: str, runs: list[Run], tiny_args: list[str], tmp_path: Path
+) -> None:
+    """SIGKILL (the OOM killer, a node lost) cannot be caught: what survives is the last periodic checkpoint."""
+    args = [*tiny_args, "--train-samples=96", f"--checkpoint-every={every}"]  # 12 steps in the epoch
+    run = Run(*args)
+    runs.append(run)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    while not last.exists():  # written by the rename that ends a save, so it is always whole
+        assert run.process.poll() is None, run.finish()[1][-3000:]
+        time.sleep(0.05)
+    run.signal_group(signal.SIGKILL)
+    run.finish()
+    saved = step_of(last)
+    assert saved < 12, saved  # a periodic save mid-epoch, not the one at the epoch's end
+    if every == "0.001s":  # by time: the clock says a save is due after every step
+        return
+    assert saved % 3 == 0, saved
+
+    resumed = run_train(*args, "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Restoring states from the checkpoint path at {last}" in resumed.stderr
+    assert step_of(last) == 12
+
+
+def test_a_second_run_in_the_same_output_dir_is_refused_while_the_first_runs(
+    runs: list[Run], tiny_args: list[str], tmp_path: Path
+) -> None:
+    first = Run(*tiny_args, "--max-epochs=1000")
+    runs.append(first)
+    first.wait_for("epoch 1/1000  batch 1/4")
+    second = run_train(*tiny_args, "--resume=auto")  # as a duplicate SLURM job would start
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"error: --output-dir: another run (pid {first.process.pid}) is using {tmp_path / 'run'}; "
+        "wait for it, or give another --output-dir"
+    ]
+    assert first.process.poll() is None  # and the first run goes on
