@@ -25,7 +25,7 @@ def build_network(name: str, num_classes: int, image_size: int) -> nn.Module:
     classifiers = torchvision.models.list_models(torchvision.models)  # detection, video, flow models live elsewhere
     if name not in classifiers:
         valid = ", ".join(classifiers)
-        raise ConfigError("model", f"{name!r} is not a torchvision classification model; choose one of: {valid}")
+        raise ConfigError("model", f"unknown model {name!r}: not a torchvision classification model; one of: {valid}")
     net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     if image_size <= 64 and isinstance(getattr(net, "conv1", None), nn.Conv2d) and hasattr(net, "maxpool"):
         # A 7x7/2 conv plus max-pool shrinks a tiny image 4x before the first block; a 3x3/2 stem without the pool
