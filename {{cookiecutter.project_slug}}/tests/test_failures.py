@@ -107,10 +107,13 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "infinite lr": (lambda _: ["--lr", "inf"], "--lr: must be a finite number, got inf"),
     "nan weight decay": (lambda _: ["--weight-decay", "nan"], "--weight-decay: must be a finite number, got nan"),
     "a thousand workers": (lambda _: ["--num-workers", "1000"], "--num-workers: must be from 0 to the"),
-    "unknown model": (lambda _: ["--model", "resnet19"], "--model: 'resnet19' is not a torchvision classification"),
+    "unknown model": (
+        lambda _: ["--model", "resnet19"],
+        "--model: unknown model 'resnet19': not a torchvision classification model",
+    ),
     "detection model": (
         lambda _: ["--model", "fasterrcnn_resnet50_fpn"],
-        "--model: 'fasterrcnn_resnet50_fpn' is not a torchvision classification model",
+        "--model: unknown model 'fasterrcnn_resnet50_fpn': not a torchvision classification model",
     ),
     "checkpoint every nonsense": (
         lambda _: ["--checkpoint-every", "often"],
