@@ -13,6 +13,8 @@ from {{ cookiecutter.package_name }} import hardware
 from {{ cookiecutter.package_name }}.cli import parse_args
 from {{ cookiecutter.package_name }}.config import ConfigError
 
+CPU = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]  # pinned: a bake may default to fsdp or fp16
+
 
 @pytest.fixture
 def sixteen_cpus(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
@@ -23,9 +25,9 @@ def sixteen_cpus(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_default_workers_are_all_cpus_but_one_with_no_cap_of_eight(sixteen_cpus: pytest.MonkeyPatch) -> None:
-    hw = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]))
+    hw = hardware.resolve(parse_args(CPU))
     assert hw.num_workers == 15 and "workers/device=15" in hw.summary()
-    explicit = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--num-workers=3"]))
+    explicit = hardware.resolve(parse_args([*CPU, "--num-workers=3"]))
     assert explicit.num_workers == 3
 
 
@@ -44,7 +46,7 @@ def test_slurm_cpus_per_task_bound_each_task_and_are_shared_only_by_its_own_devi
     assert hardware.cpus_per_device(4) == 6
     sixteen_cpus.setenv("SLURM_NTASKS_PER_NODE", "1(x2)")  # one task per node drives 2 devices itself
     assert hardware.cpus_per_device(2) == 3
-    hw = hardware.resolve(parse_args(["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]))
+    hw = hardware.resolve(parse_args(CPU))
     assert hw.num_workers == 5
 
 
@@ -62,7 +64,7 @@ def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs
     jpegs, pngs = write_folder(tmp_path / "j", ".jpg"), write_folder(tmp_path / "p", ".png")
 
     def choice(accelerator: str, *flags: str) -> str:
-        return hardware._decode(parse_args(["--accelerator=cpu", *flags]), accelerator)
+        return hardware._decode(parse_args([*CPU, *flags]), accelerator)
 
     assert choice("cuda", "--data=folder", f"--data-dir={jpegs}") == "gpu"
     assert choice("cpu", "--data=folder", f"--data-dir={jpegs}") == "cpu"
@@ -77,7 +79,7 @@ def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs
 
 
 def test_the_summary_names_the_decoder(tmp_path: Path) -> None:
-    cfg = parse_args(["--accelerator=cpu", "--precision=32-true", "--data=folder", f"--data-dir={tmp_path}"])
+    cfg = parse_args([*CPU, "--data=folder", f"--data-dir={tmp_path}"])
     write_folder(tmp_path, ".jpg")
     assert "decode=cpu" in hardware.resolve(cfg).summary()
 

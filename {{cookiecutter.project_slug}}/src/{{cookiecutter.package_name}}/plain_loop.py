@@ -39,7 +39,7 @@ def run_plain(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
     clock = Clock(spec)
     clock.tick(0)
     for done, (images, labels) in enumerate(DeviceBatches(spec, spec.warmup + spec.steps), start=1):
-        # ImageDataModule.on_after_batch_transfer in training, written out
+        # ImageDataModule.on_after_batch_transfer in training and the normalisation, written out
         x = random_crop_flip(images.float(), pad=max(1, spec.image_size // 8))
         x = (x - mean) / std
         if hw.channels_last:
