@@ -103,9 +103,9 @@ def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: An
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]
     if trainer.is_global_zero:
         nan = float("nan")
-        meter = next(c for c in trainer.callbacks if isinstance(c, LogStepThroughputMonitor))
+        meter = next((c for c in trainer.callbacks if isinstance(c, LogStepThroughputMonitor)), None)
         # the logged rate of the last logging steps; without two logging steps, the average over the whole run
-        per_device = metrics.get("train/device/samples_per_sec") or meter.average_rate()
+        per_device = metrics.get("train/device/samples_per_sec") or (meter.average_rate() if meter else None)
         throughput = f"{per_device * hw.world_size:.0f} img/s" if per_device else "n/a (no training step)"
         print(
             f"{'best' if best else 'last'} val/acc={metrics.get('val/acc', nan):.4f}  "

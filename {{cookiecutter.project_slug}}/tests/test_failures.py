@@ -109,11 +109,11 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "a thousand workers": (lambda _: ["--num-workers", "1000"], "--num-workers: must be from 0 to the"),
     "unknown model": (
         lambda _: ["--model", "resnet19"],
-        "--model: unknown model 'resnet19': not a torchvision classification model",
+        "--model: unknown model 'resnet19'; closest: resnet18",
     ),
     "detection model": (
         lambda _: ["--model", "fasterrcnn_resnet50_fpn"],
-        "--model: unknown model 'fasterrcnn_resnet50_fpn': not a torchvision classification model",
+        "--model: 'fasterrcnn_resnet50_fpn' is a torchvision detection model, not an image classifier",
     ),
     "checkpoint every nonsense": (
         lambda _: ["--checkpoint-every", "often"],
