@@ -38,7 +38,6 @@ NAMES = torchvision.models.list_models(torchvision.models) + [
 SIZES = (32, 64, 96, 128, 160, 192, 224, 256, 299)
 
 
-
 def fast_dev_run(args: list[str]) -> tuple[str, object, float]:
     """`train.main(args)` in a forked child: nothing a network leaves behind (memory the allocator keeps, a crash in
     native code) can reach the next one. Returns how it ended, its result, and the child's peak memory in GiB."""
@@ -66,7 +65,9 @@ def fast_dev_run(args: list[str]) -> tuple[str, object, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_every_nameable_model_trains_a_fast_dev_run_on_the_cpu(name: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_every_nameable_model_trains_a_fast_dev_run_on_the_cpu(
+    name: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     args = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--logger=csv"]
     args += [f"--model={name}", "--batch-size=2", "--train-samples=2", "--fast-dev-run", "--no-compile"]
     args += [f"--output-dir={tmp_path / 'run'}"]
