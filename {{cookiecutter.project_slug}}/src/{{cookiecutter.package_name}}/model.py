@@ -154,7 +154,7 @@ class ImageClassifier(L.LightningModule):
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         # --fast-dev-run checks the wiring with one step: no throughput window, so no MFU to count FLOPs for.
-        if stage == "fit" and datamodule is not None and not self.trainer.fast_dev_run:
+        if stage == "fit" and datamodule is not None and not getattr(self.trainer, "fast_dev_run", False):
             self.flops_per_batch = self._measure_flops(datamodule.hparams["batch_size"])
 
     def _measure_flops(self, batch_size: int) -> int:
