@@ -6,7 +6,11 @@ Slow (minutes), so it is its own CI step: `python -m pytest -m slow tests/test_m
 
 from __future__ import annotations
 
+import multiprocessing
 import re
+import resource
+import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -25,26 +29,58 @@ TIMM_SAMPLE = [
     "poolformer_s12", "convmixer_768_32", "mixer_b16_224", "tiny_vit_5m_224", "edgenext_xx_small", "mobilevit_xxs",
     "hgnetv2_b0", "test_vit", "test_efficientnet", "test_byobnet",
 ]  # fmt: skip
-NAMES = torchvision.models.list_models(torchvision.models) + [f"timm/{name}" for name in TIMM_SAMPLE]
+# torch 2.14 on the CPU corrupts its heap in the backward of a 1x1 stride-2 convolution over a 3-channel
+# channels_last input (RepVGG's stem has one): `nn.Conv2d(3, 48, 1, stride=2)` alone reproduces it.
+TORCH_CPU_BUG = pytest.mark.xfail(reason="torch 2.14 CPU: 1x1/2 conv on 3-channel channels_last input crashes")
+NAMES = torchvision.models.list_models(torchvision.models) + [
+    pytest.param(f"timm/{name}", marks=TORCH_CPU_BUG if name == "repvgg_a0" else ()) for name in TIMM_SAMPLE
+]
 SIZES = (32, 64, 96, 128, 160, 192, 224, 256, 299)
+
+
+def fast_dev_run(args: list[str]) -> tuple[str, object, float]:
+    """`train.main(args)` in a forked child: nothing a network leaves behind (memory the allocator keeps, a crash in
+    native code) can reach the next one. Returns how it ended, its result, and the child's peak memory in GiB."""
+    context = multiprocessing.get_context("fork")  # no CUDA here, and fork skips re-importing torch per model
+    queue = context.SimpleQueue()
+
+    def child() -> None:
+        try:
+            outcome: tuple[str, object] = ("ok", sorted(train.main(args)))
+        except SystemExit as stop:
+            outcome = ("exit", stop.code)
+        except BaseException:
+            outcome = ("error", traceback.format_exc()[-3000:])
+        queue.put((*outcome, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(timeout=900)
+    if queue.empty():
+        process.kill()
+        return "crash", f"exit code {process.exitcode}", float("nan")
+    how, result, peak = queue.get()
+    return how, result, peak
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_every_nameable_model_trains_a_fast_dev_run_on_the_cpu(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--logger=csv"]
     args += [f"--model={name}", "--batch-size=2", "--train-samples=2", "--fast-dev-run", "--no-compile"]
     args += [f"--output-dir={tmp_path / 'run'}"]
     size = SIZES[0]
     while True:
-        try:
-            metrics = train.main([*args, f"--image-size={size}"])
+        start = time.perf_counter()
+        how, result, peak = fast_dev_run([*args, f"--image-size={size}"])
+        error = capfd.readouterr().err
+        if how != "exit":
             break
-        except SystemExit as stop:  # too small: the one-line answer names a size that fits
-            error = capsys.readouterr().err
-            hint = re.search(r"--image-size: \d+ px is too small for .*; try --image-size (\d+)", error)
-            assert stop.code == 2 and hint and int(hint[1]) > size, error
-            size = int(hint[1])
-    assert "train/loss" in metrics and "test/acc" in metrics, f"{name} at {size} px"
+        hint = re.search(r"--image-size: \d+ px is too small for .*; try --image-size (\d+)", error)
+        assert result == 2 and hint and int(hint[1]) > size, error  # too small: the one line names a size that fits
+        size = int(hint[1])
+    print(f"{name}: {size} px, {time.perf_counter() - start:.1f} s, peak {peak:.2f} GiB")
+    assert how == "ok", result
+    assert isinstance(result, list) and "train/loss" in result and "test/acc" in result, f"{name} at {size} px"

@@ -22,9 +22,13 @@ def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:
     """A resnet18 with 1000 classes and non-default values everywhere (BatchNorm statistics included), saved."""
     torch.manual_seed(0)
     net = torchvision.models.resnet18(num_classes=1000)
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2), m.weight.data.uniform_(0.5, 1.5)
+    for key, tensor in net.state_dict().items():  # views of the network's own tensors
+        if key.endswith("running_mean"):
+            tensor.uniform_(-1, 1)
+        elif key.endswith("running_var"):
+            tensor.uniform_(0.5, 2)
+        elif key.endswith(".weight") and tensor.ndim == 1:
+            tensor.uniform_(0.5, 1.5)
     state = {k: v.clone() for k, v in net.state_dict().items()}
     if path.suffix == ".safetensors":
         save_file({k: v.contiguous() for k, v in state.items()}, str(path))
@@ -89,3 +93,29 @@ def test_offline_without_a_cache_says_in_one_line_how_to_provide_the_weights(
     assert how in result.stderr and result.stderr.rstrip().endswith("pass --pretrained FILE")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "run").exists() and not any(empty.rglob("*.*")), "nothing half-written"
+
+
+@pytest.mark.parametrize(
+    ("model", "mean", "crop_pct", "interpolation"),
+    [
+        ("timm/vit_tiny_patch16_224.augreg_in21k", [127.5] * 3, 0.9, "bicubic"),  # timm's pretrained config
+        ("resnet50", [123.675, 116.28, 103.53], 224 / 232, "bilinear"),  # torchvision's weights transforms (V2)
+    ],
+)
+def test_pretrained_preprocessing_is_recorded_and_a_checkpoint_loads_without_fetching_weights(
+    model: str, mean: list[float], crop_pct: float, interpolation: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    classifier = ImageClassifier(model=model, class_names=["a", "b"], image_size=32, pretrained="default")
+    hp = classifier.hparams
+    assert hp["mean"] == pytest.approx(mean) and hp["crop_pct"] == pytest.approx(crop_pct)
+    assert hp["interpolation"] == interpolation
+    path = tmp_path / "model.ckpt"
+    torch.save(
+        {"state_dict": classifier.state_dict(), "hyper_parameters": dict(hp), "pytorch-lightning_version": "2.6.6"},
+        path,
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    loaded = ImageClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    x = torch.rand(2, 3, 32, 32) * 255
+    assert torch.equal(loaded.eval()(x), classifier.eval()(x)), "same weights, same normalisation, nothing fetched"

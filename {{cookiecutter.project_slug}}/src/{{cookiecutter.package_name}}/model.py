@@ -24,13 +24,17 @@ from .weights import LIBRARY, load_pretrained
 __all__ = ["Batch", "ImageClassifier", "block_types", "build_network"]
 
 Batch = tuple[Tensor, Tensor]
+DEFAULT_CLASSES = tuple(f"class{i}" for i in range(10))
 
 
 class ImageClassifier(L.LightningModule):
+    mean: Tensor  # buffers, (1, 3, 1, 1), 0-255 scale
+    std: Tensor
+
     def __init__(
         self,
         model: str = "resnet18",
-        class_names: Sequence[str] = tuple(f"class{i}" for i in range(10)),
+        class_names: Sequence[str] = DEFAULT_CLASSES,
         image_size: int = 64,
         pretrained: str | None = None,
         mean: Sequence[float] | None = None,
@@ -63,7 +67,7 @@ class ImageClassifier(L.LightningModule):
         # Made from the hparams, so not saved with the weights: exports and predict.py get them with the model.
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
-        self.head = head_names(model, num_classes, image_size, bool(pretrained))
+        self.head = head_names(self.net, model, num_classes, image_size, bool(pretrained))
         self.no_decay = finetune.no_decay_names(self.net)
         norms = (nn.modules.batchnorm._BatchNorm,)
         self.backbone_norms = [
@@ -149,7 +153,8 @@ class ImageClassifier(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
-        if stage == "fit" and datamodule is not None:
+        # --fast-dev-run checks the wiring with one step: no throughput window, so no MFU to count FLOPs for.
+        if stage == "fit" and datamodule is not None and not getattr(self.trainer, "fast_dev_run", False):
             self.flops_per_batch = self._measure_flops(datamodule.hparams["batch_size"])
 
     def _measure_flops(self, batch_size: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import timm
@@ -78,31 +78,37 @@ def build_network(name: str, num_classes: int, image_size: int, pretrained: bool
             kwargs["aux_logits"] = False  # training-only side heads; the main output is the classifier
             kwargs["init_weights"] = True  # what the default does, said explicitly because the default warns
         net = torchvision.models.get_model(name, **kwargs)
-    stem = isinstance(getattr(net, "conv1", None), nn.Conv2d) and isinstance(
-        getattr(net, "maxpool", None), nn.MaxPool2d
-    )
-    if stem and image_size <= 64 and not pretrained:  # never on pretrained weights: they were learnt with that stem
+    conv1, maxpool = getattr(net, "conv1", None), getattr(net, "maxpool", None)
+    stem = isinstance(conv1, nn.Conv2d) and isinstance(maxpool, nn.MaxPool2d)
+    if isinstance(conv1, nn.Conv2d) and stem and image_size <= 64 and not pretrained:  # never with pretrained weights
         # A 7x7/2 conv plus max-pool shrinks a tiny image 4x before the first block; a 3x3/2 stem without the pool
         # halves it once, keeping 4x the resolution (stride 1 would gain ~2% on CIFAR-10 for 4x the compute).
-        net.conv1 = nn.Conv2d(3, net.conv1.out_channels, kernel_size=3, stride=2, padding=1, bias=False)
+        net.conv1 = nn.Conv2d(3, conv1.out_channels, kernel_size=3, stride=2, padding=1, bias=False)
         net.maxpool = nn.Identity()
     return net
 
 
-def head_names(name: str, num_classes: int, image_size: int, pretrained: bool) -> set[str]:
+def head_names(net: nn.Module, name: str, num_classes: int, image_size: int, pretrained: bool) -> set[str]:
     """The parameters of the classifier head: exactly those whose shape depends on the number of classes.
 
-    Found by building the network twice on the meta device (shapes only), so it works for every architecture."""
-    with torch.device("meta"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        one = build_network(name, num_classes, image_size, pretrained).state_dict()
-        two = build_network(name, num_classes + 1, image_size, pretrained).state_dict()
-    return {key for key, value in one.items() if key in two and two[key].shape != value.shape}
+    Found by building the network twice on the meta device (shapes only), so it works for every architecture; for a
+    network that cannot be built there (torchvision's RegNets compute their widths with tensors), its last Linear."""
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            one = build_network(name, num_classes, image_size, pretrained).state_dict()
+            two = build_network(name, num_classes + 1, image_size, pretrained).state_dict()
+        return {key for key, value in one.items() if key in two and two[key].shape != value.shape}
+    except (NotImplementedError, RuntimeError):
+        last = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1:]
+        return {n for n, _ in net.named_parameters() if last and n.rpartition(".")[0] == last[0]}
 
 
 def preprocessing(name: str | None) -> dict[str, Any]:
     """The input the pretrained weights were trained with: mean/std (0-255 scale), crop_pct, interpolation, size."""
-    mean, std, crop_pct, interpolation, size = IMAGENET_MEAN, IMAGENET_STD, 0.875, "bilinear", 224
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+    crop_pct, interpolation, size = 0.875, "bilinear", 224
     if name is None:
         pass  # not pretrained: ImageNet's statistics, the usual choice for natural images
     elif name.startswith(TIMM):

@@ -57,8 +57,9 @@ def file_state(path: str) -> Mapping[str, Tensor]:
             state = torch.load(file, map_location="cpu", weights_only=True)  # never runs code from the file
     except Exception as err:  # unpickling and safetensors raise many types; all mean unreadable
         raise ConfigError("pretrained", f"cannot read {path}: {str(err).splitlines()[0][:200]}") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint
-        state = {k.removeprefix("net."): v for k, v in state["state_dict"].items() if k.startswith("net.")}
+    nested = state.get("state_dict") if isinstance(state, dict) else None
+    if isinstance(nested, dict):  # a Lightning checkpoint
+        state = {k.removeprefix("net."): v for k, v in nested.items() if k.startswith("net.")}
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ConfigError("pretrained", f"{path} holds no state_dict (a mapping of names to tensors)")
     return {k.removeprefix("module."): v for k, v in state.items()}  # DDP-saved files prefix every key
