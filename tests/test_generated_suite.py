@@ -22,3 +22,12 @@ def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str]) -> None
     result = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, timeout=1200)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
+
+
+@pytest.mark.suite
+def test_generated_slow_tests_pass(tmp_path: Path) -> None:
+    """`pytest -m slow` of the default bake: every model --model can name trains, and pretrained weights transfer."""
+    project = bake(tmp_path)
+    result = run(sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
