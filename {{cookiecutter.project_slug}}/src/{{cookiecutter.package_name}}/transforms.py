@@ -135,30 +135,30 @@ def keep_bytes_on_host(batch: Sequence[Tensor], device: torch.device) -> tuple[T
 def decode_encoded(
     batch: Sequence[Tensor], max_side: int, fill: bool, names: Sequence[str] = ()
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """A collate_bytes batch -> (padded uint8 images, sizes, labels) on the labels' device, for training, validation
-    and predict.py alike: one batched nvJPEG call where it can, the CPU per sample for the rest (`decode_each`), each
-    image's shorter side limited to `max_side` as the CPU-decoding workers do.
+    """A collate_bytes batch -> (padded uint8 images, sizes, labels) on the labels' device, for training and predict.py
+    alike: `decode_each` (one nvJPEG call, the CPU per sample for the rest), shorter sides limited as workers do.
 
     A file the worker could read but no decoder here can (rare: a corrupt JPEG body) is named in a warning (by
-    `names[label]` when given: predict.py's labels are input positions), then with `fill` replaced by the batch's first
-    readable image and that one's label (training keeps its static batch shape), else dropped with its label
-    (prediction: each label says which input a row belongs to, so a stand-in image would be a wrong row)."""
+    `names[label]` when given: predict.py's labels are input positions), then with `fill` replaced by the batch's
+    first readable image and its label (training keeps static shapes), else dropped with its label (prediction:
+    a stand-in image would be a wrong row for the dropped input)."""
     flat, lengths, labels = batch
     decoded = decode_each(split_bytes(flat, lengths), labels.device)
     keep = [i for i, image in enumerate(decoded) if image is not None]
     for i in (i for i, image in enumerate(decoded) if image is None):
-        label = int(labels[i])
-        what = f"unreadable image {names[label]}: no decoder can read it" if names else "an image no decoder can read"
-        warnings.warn(f"skipping {what} (sample {i} of the batch)", stacklevel=2)
-    if not keep and fill:
-        raise UnreadableImageError(f"none of the {len(decoded)} images of this batch can be decoded")
+        named = f"unreadable image {names[int(labels[i])]}: no decoder can read it" if names else ""
+        warnings.warn(f"skipping {named or 'an image no decoder can read'} (sample {i} of the batch)", stacklevel=2)
     if not keep:
+        if fill:
+            raise UnreadableImageError(f"none of the {len(decoded)} images of this batch can be decoded")
         empty = torch.empty((0, 3, 1, 1), dtype=torch.uint8, device=labels.device)
         return empty, torch.empty((0, 2), dtype=torch.int64, device=labels.device), labels[:0]
     rows = [i if decoded[i] is not None else keep[0] for i in range(len(decoded))] if fill else keep
+    if len(keep) < len(decoded):  # only then: indexing copies the rows to the device
+        labels = labels[torch.tensor(rows, device=labels.device)]
     images = [limit_size(image, max_side) for image in (decoded[i] for i in rows) if image is not None]
     padded, sizes = pad_images(images)
-    return padded, sizes, labels[torch.tensor(rows, device=labels.device)]
+    return padded, sizes, labels
 
 
 def pad_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
