@@ -32,10 +32,8 @@ def gather(trainer: Any, batches: list[Any]) -> dict[int, tuple[list[float], lis
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
-    from torch.utils.data import DataLoader
-
     from {{ cookiecutter.package_name }} import hardware
-    from {{ cookiecutter.package_name }}.inference import Predictor, image_files, load_classifier
+    from {{ cookiecutter.package_name }}.inference import Predictor, load_classifier, predict_loader
     from {{ cookiecutter.package_name }}.predictions import (
         InputError,
         collect_images,
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         write_rows,
     )
     from {{ cookiecutter.package_name }}.trainer import build_trainer
-    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError, collate_images
+    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError
 
     try:
         paths = collect_images(cfg.inputs)
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         fail(f"INPUT: {err}")
     train_cfg = cfg.training_config()
     try:
-        hw = hardware.resolve(train_cfg)
+        hw = hardware.resolve(train_cfg, images=paths)  # --decode auto: gpu for mostly JPEG inputs on CUDA
         classifier = load_classifier(
             cfg.checkpoint, channels_last=hw.channels_last, compile=hw.compile, compile_mode=cfg.compile_mode
         )
@@ -66,19 +64,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     hardware.apply_backend_flags(train_cfg)
     class_names = list(classifier.hparams["class_names"])
-    loader = DataLoader(
-        image_files(paths, classifier.hparams["image_size"], classifier.hparams["crop_pct"]),
-        batch_size=cfg.batch_size,
-        num_workers=hw.num_workers,
-        pin_memory=hw.pin_memory,  # uint8 batches in pinned memory: an asynchronous copy, 4x fewer bytes than float
-        collate_fn=collate_images,  # the same padded uint8 batches as validation
-    )
+    loader = predict_loader(paths, classifier.hparams, hw, cfg.batch_size)  # validation's decoding, per --decode
     if trainer.is_global_zero:
         print(hw.summary())
     started = time.perf_counter()
     try:
-        batches = trainer.predict(Predictor(classifier, cfg.top_k), dataloaders=loader, return_predictions=True)
+        predictor = Predictor(classifier, cfg.top_k, paths)
+        batches = trainer.predict(predictor, dataloaders=loader, return_predictions=True)
         found = gather(trainer, batches or [])
+        if not found:  # every file was unreadable, found out only when decoding on the device
+            raise UnreadableImageError(f"none of the {len(paths)} images can be read")
     except UnreadableImageError:
         if handle is not None:
             discard(handle)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -12,10 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torchvision.io import decode_image, encode_jpeg
 from trained_model import run_script, trained_checkpoint
 
 import predict
-from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS
+from {{ cookiecutter.package_name }} import hardware
+from {{ cookiecutter.package_name }}.config import PredictConfig
+from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS, Predictor, load_classifier, predict_loader
+from {{ cookiecutter.package_name }}.transforms import is_encoded
 
 Held = list[tuple[Path, str]]
 # Pinned, not left to the bake's defaults (which may be 16-mixed, a CUDA-only precision), as in conftest's tiny_args.
@@ -61,6 +66,7 @@ def test_predict_labels_held_out_images_one_row_per_input_in_order_skipping_an_u
         assert probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1, abs=1e-4)
         assert row["class_1"] == row["predicted"] and {row[f"class_{i}"] for i in (1, 2, 3)} == set(truth.values())
     assert f"predicted {len(rows)} images, 1 unreadable skipped" in result.stdout and str(output) in result.stdout
+    assert "decode=cpu" in result.stdout, "--decode auto without CUDA: the loader workers decode"
     assert f"warning: skipping unreadable image {broken}" in result.stderr
 
 
@@ -73,10 +79,10 @@ def test_two_cpu_processes_predict_every_image_exactly_once_in_input_order(
     output = tmp_path / "predictions.csv"
 
     args = ["--checkpoint", str(checkpoint), str(tmp_path / "list.txt"), f"--output={output}", "--top-k=1"]
-    result = run_script("predict.py", *args, *CPU, "--devices=2", "--batch-size=4")
+    result = run_script("predict.py", *args, *CPU, "--devices=2", "--batch-size=4", "--decode=cpu")
     assert result.returncode == 0, result.stderr[-3000:]
 
-    assert "cpu x2" in result.stdout
+    assert "cpu x2" in result.stdout and "decode=cpu" in result.stdout
     rows = read_csv(output)
     assert [row["path"] for row in rows] == [str(p) for p in images]
     assert sum(row["predicted"] == p.parent.name for row, p in zip(rows, images, strict=True)) >= 0.9 * len(images)
@@ -120,6 +126,7 @@ BAD_INPUTS = {
     "output in a read-only folder": (["--output={readonly}/p.csv"], "--output: cannot write in"),
     "output of unknown type": (["--output={tmp}/p.txt"], "--output: .* must end in .csv or .jsonl"),
     "top-k 0": (["--top-k=0"], "--top-k: must be 1 or more, got 0"),
+    "gpu decoding without a GPU": (["--decode=gpu"], "--decode: gpu needs a CUDA GPU, not cpu; use cpu or auto"),
 }
 
 
@@ -149,3 +156,66 @@ def test_each_bad_input_is_one_line_exit_2_and_nothing_written(
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
     assert re.search(message, err), err
     assert sorted(tmp_path.rglob("*")) == before  # no output, and no temporary file left behind
+
+
+def test_auto_decodes_the_inputs_on_the_gpu_only_with_cuda_torchcodec_and_mostly_jpegs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jpegs = [Path(f"photo{i}.JPG") for i in range(3)] + [Path("drawing.png")]
+    pngs = [Path(f"scan{i}.png") for i in range(3)] + [Path("photo.jpg")]
+
+    def choice(accelerator: str, images: list[Path], decode: str = "auto") -> str:
+        cfg = PredictConfig(inputs=("x",), checkpoint="x.ckpt", decode=decode).training_config()
+        return hardware._decode(cfg, accelerator, images)
+
+    monkeypatch.setattr(hardware, "torchcodec_available", lambda: True)
+    assert choice("cuda", jpegs) == "gpu"
+    assert choice("cuda", pngs) == "cpu", "mostly PNGs: nvJPEG cannot take them"
+    assert choice("cpu", jpegs) == "cpu"
+    assert choice("cuda", jpegs, decode="cpu") == "cpu"
+    assert choice("cuda", pngs, decode="gpu") == "gpu", "asked for: the PNGs then fall back to the CPU per sample"
+    monkeypatch.setattr(hardware, "torchcodec_available", lambda: False)
+    assert choice("cuda", jpegs) == "cpu"
+
+
+def headers_only_jpeg(image: torch.Tensor) -> bytes:
+    """A JPEG whose headers promise a plain colour image but with no scan data: the loader worker's header check
+    passes it as GPU-decodable, and only decoding the batch finds it unreadable (a corrupt body, as in the wild)."""
+    data = bytes(encode_jpeg(image).numpy())
+    return data[: data.index(b"\xff\xda")] + b"\xff\xd9"
+
+
+def test_bytes_batches_are_decoded_in_predict_step_as_the_workers_decode_and_an_undecodable_file_is_dropped(
+    trained: tuple[Path, Held], tmp_path: Path
+) -> None:
+    """The `--decode gpu` path on the CPU device: workers only read bytes, Predictor keeps them on the host and
+    decodes in predict_step (decode_each falls back to the CPU decoder on a CPU device)."""
+    checkpoint, held = trained
+    paths = [path for path, _ in held[::3]]
+    for i, path in enumerate(paths[:4]):  # JPEGs among the PNGs, as GPU decoding is for
+        paths[i] = tmp_path / f"{path.parent.name}-{i}.jpg"
+        paths[i].write_bytes(bytes(encode_jpeg(decode_image(str(path))).numpy()))
+    bad = tmp_path / "corrupt.jpg"
+    bad.write_bytes(headers_only_jpeg(decode_image(str(paths[5]))))
+    paths.insert(6, bad)
+    classifier = load_classifier(str(checkpoint)).eval()
+    predictor = Predictor(classifier, top_k=3, paths=paths)
+    cfg = PredictConfig(inputs=("x",), checkpoint=str(checkpoint), accelerator="cpu", precision="32-true")
+    hw = hardware.resolve(cfg.training_config(), images=paths)
+    assert hw.decode == "cpu", "auto on a CPU; the bytes path is asked for below"
+    results = {}
+    for decode in ("cpu", "gpu"):
+        loader = predict_loader(paths, classifier.hparams, dataclasses.replace(hw, decode=decode, num_workers=0), 4)
+        rows: list[tuple[int, list[float]]] = []
+        warned = pytest.warns(UserWarning, match=f"skipping unreadable image {re.escape(str(bad))}")
+        with torch.inference_mode(), warned:
+            for n, batch in enumerate(loader):
+                assert is_encoded(batch) == (decode == "gpu")
+                on_device = predictor.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+                index, top, _ = predictor.predict_step(on_device, n)
+                rows += list(zip(index.tolist(), top.tolist(), strict=True))
+        results[decode] = rows
+    assert sorted(i for i, _ in results["gpu"]) == [i for i in range(len(paths)) if i != 6], "each readable file once"
+    expected = dict(results["cpu"])  # the worker put the next file in the unreadable one's place: index 7 twice
+    for i, probs in results["gpu"]:
+        assert probs == pytest.approx(expected[i], abs=1e-5), f"{paths[i]}: decoded in the step != in the worker"

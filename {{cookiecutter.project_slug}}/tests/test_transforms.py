@@ -18,11 +18,14 @@ from torchvision.transforms.v2 import functional as TF
 from {{ cookiecutter.package_name }} import decoding
 from {{ cookiecutter.package_name }}.transforms import (
     UnreadableImageError,
+    collate_bytes,
     crop_resize,
     decode_each,
+    decode_encoded,
     decode_rgb,
     eval_transform,
     gpu_decodable,
+    limit_size,
     pad_images,
     random_resized_boxes,
     train_transform,
@@ -130,6 +133,39 @@ def test_cpu_decoding_of_a_batch_matches_one_by_one_and_marks_the_unreadable(dev
             assert image is not None and image.device.type == device
             diff = (image.cpu().float() - decode_rgb(data).float()).abs()
             assert diff.mean() < 1.5 and diff.max() <= 40, f"{name}: decoders on {device} and CPU disagree"
+
+
+def test_a_bytes_batch_decodes_to_what_the_workers_give_filling_or_dropping_what_no_decoder_reads() -> None:
+    """The one decoding of encoded batches that training (fill: static shapes) and predict.py (drop: every label is
+    an input's position) share."""
+    files = samples()
+    names = ["jpeg", "truncated", "png", "grey", "zero-byte"]
+    batch = collate_bytes([(files[name], 10 + i) for i, name in enumerate(names)])
+    decoded = [limit_size(decode_rgb(files[name]), 20) for name in ("jpeg", "png", "grey")]
+    expected, expected_sizes = pad_images(decoded)
+
+    with pytest.warns(UserWarning) as warned:
+        images, sizes, labels = decode_encoded(batch, 20, fill=False, names=[f"{c}.jpg" for c in "_" * 10 + "abcde"])
+    assert [str(w.message) for w in warned] == [
+        f"skipping unreadable image {name}: no decoder can read it (sample {i} of the batch)"
+        for i, name in ((1, "b.jpg"), (4, "e.jpg"))
+    ], "each named by its path, found from its label"
+    assert labels.tolist() == [10, 12, 13], "dropped with their labels: no other file's row stands in"
+    assert torch.equal(images, expected) and torch.equal(sizes, expected_sizes), "decoded as the workers decode"
+
+    with pytest.warns(UserWarning) as warned:
+        images, sizes, labels = decode_encoded(batch, 20, fill=True)
+    unnamed = [f"skipping an image no decoder can read (sample {i} of the batch)" for i in (1, 4)]
+    assert [str(w.message) for w in warned] == unnamed
+    assert labels.tolist() == [10, 10, 12, 13, 10], "the first readable image and its label take their place"
+    assert torch.equal(images[[0, 2, 3]], expected) and torch.equal(images[1], images[0]) and len(images) == 5
+
+    unreadable = collate_bytes([(files["truncated"], 0), (files["zero-byte"], 1)])
+    with pytest.warns(UserWarning):
+        images, sizes, labels = decode_encoded(unreadable, 20, fill=False)
+    assert len(images) == len(sizes) == len(labels) == 0
+    with pytest.warns(UserWarning), pytest.raises(UnreadableImageError, match="none of the 2 images"):
+        decode_encoded(unreadable, 20, fill=True)
 
 
 def test_the_bytes_of_a_file_read_as_a_tensor(tmp_path: Path) -> None:

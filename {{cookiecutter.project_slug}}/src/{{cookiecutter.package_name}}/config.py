@@ -222,7 +222,13 @@ class PredictConfig:
     output: str = opt("predictions.csv", "one row per image; .csv or .jsonl, chosen by the suffix")
     top_k: int = opt(5, "most probable classes listed per image; capped at the number of classes")
     batch_size: int = opt(128, "images per device per step")
-    num_workers: int | None = opt(None, "decoding processes per device; unset = CPUs per device - 1, up to 8")
+    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1 (SLURM-aware)")
+    decode: str = opt(
+        "auto",
+        "gpu = nvJPEG in batches on the device, workers only read bytes; auto = gpu with CUDA + TorchCodec and "
+        "mostly JPEG inputs",
+        DECODERS,
+    )
     accelerator: str = as_in_training("accelerator")
     devices: str = as_in_training("devices")
     precision: str = as_in_training("precision")
@@ -248,7 +254,8 @@ class PredictConfig:
         """The hardware options as train.py's Config, for hardware.resolve and the Trainer it builds."""
         chosen = {name: getattr(self, name) for name in HARDWARE_OPTIONS}
         # One process per device at most, no FSDP (nothing to shard for inference), no tracker to start.
-        return Config(**chosen, strategy="auto", batch_size=self.batch_size, num_workers=self.num_workers, logger="csv")
+        chosen.update(batch_size=self.batch_size, num_workers=self.num_workers, decode=self.decode)
+        return Config(**chosen, strategy="auto", logger="csv")
 
 
 @dataclass

@@ -6,7 +6,6 @@ loader from being the bottleneck.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,19 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchvision.datasets.folder import make_dataset
 
 from .config import ConfigError
-from .hardware import worker_context
-from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler, ignore_stop_signals
+from .hardware import worker_options
+from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
 from .sources import CIFAR10_CLASSES, SHAPES, make_shapes, read_cifar10
 from .transforms import (
     CROP_PCT,
     ImageFiles,
     collate_bytes,
     collate_images,
-    decode_each,
+    decode_encoded,
     eval_transform,
-    limit_size,
+    is_encoded,
+    keep_bytes_on_host,
     max_side,
-    pad_images,
-    split_bytes,
     train_transform,
 )
 
@@ -163,12 +161,11 @@ class ImageDataModule(L.LightningDataModule):
     def _loader(self, split: str) -> DataLoader[Any]:
         hp, dataset = self.hparams, self.datasets[split]
         options: dict[str, Any] = dict(
-            num_workers=hp["num_workers"],
             pin_memory=hp["pin_memory"],
             persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
             generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
-            multiprocessing_context=worker_context() if hp["num_workers"] > 0 else None,
-            worker_init_fn=ignore_stop_signals,  # a SIGTERM to the process group must not kill them before the save
+            # forkserver once CUDA is up; a SIGTERM to the process group must not kill them before the save
+            **worker_options(hp["num_workers"]),
         )
         if isinstance(dataset, ImageFiles):
             options["collate_fn"] = collate_bytes if dataset.mode == "bytes" else collate_images
@@ -189,9 +186,8 @@ class ImageDataModule(L.LightningDataModule):
         return self._loader("test")
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        if len(batch) == 3 and batch[0].ndim == 1:  # encoded bytes stay in pinned host memory: nvJPEG reads them there
-            flat, lengths, labels = batch
-            return flat, lengths, labels.to(device, non_blocking=True)
+        if is_encoded(batch):  # encoded bytes stay in pinned host memory: nvJPEG reads them there
+            return keep_bytes_on_host(batch, device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
@@ -206,27 +202,9 @@ class ImageDataModule(L.LightningDataModule):
             if training:
                 x = random_crop_flip(x, pad=max(1, size // 8))
         else:
-            images, sizes, y = self._decode(batch) if batch[0].ndim == 1 else batch
+            # fill: a file no decoder can read gives way to another of the batch, keeping the batch shape static
+            images, sizes, y = decode_encoded(batch, self.max_side, fill=True) if is_encoded(batch) else batch
             x = train_transform(images, sizes, size) if training else eval_transform(images, sizes, size, self.crop_pct)
         if self.hparams["channels_last"]:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, y
-
-    def _decode(self, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """A batch of encoded files -> padded images on the labels' device. A file the worker could read but no
-        decoder here can (rare: a corrupt JPEG body) is replaced by a readable one of the batch, with a warning."""
-        flat, lengths, y = batch
-        decoded = decode_each(split_bytes(flat, lengths), y.device)
-        readable = [image for image in decoded if image is not None]
-        if not readable:
-            raise RuntimeError(f"none of the {len(decoded)} images of this batch can be decoded")
-        images = []
-        for i, image in enumerate(decoded):
-            if image is None:
-                warnings.warn(f"skipping an image no decoder can read (sample {i} of the batch)", stacklevel=2)
-                first = next(j for j, other in enumerate(decoded) if other is not None)
-                image, y = readable[0], y.clone()
-                y[i] = y[first]
-            images.append(limit_size(image, self.max_side))
-        padded, sizes = pad_images(images)
-        return padded, sizes, y

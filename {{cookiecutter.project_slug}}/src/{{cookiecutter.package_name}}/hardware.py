@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from .config import Config, ConfigError, parse_devices
 from .decoding import torchcodec_available
+from .resume import ignore_stop_signals
 
 
 @dataclass(frozen=True)
@@ -72,21 +75,33 @@ def worker_context() -> BaseContext | None:
     return None
 
 
-def holds_jpegs(train_dir: Path, sample: int = 256) -> bool:
-    """Most of the first `sample` files of the class folders are JPEGs: what GPU decoding is for."""
-    names = (p.name.lower() for folder in sorted(train_dir.iterdir()) if folder.is_dir() for p in folder.iterdir())
+def worker_options(num_workers: int) -> dict[str, Any]:
+    """DataLoader options of every loader of the project (training's and predict.py's): how many workers, how they
+    start (`worker_context`), and that they leave stop signals to the main process (`resume.ignore_stop_signals`)."""
+    context = worker_context() if num_workers > 0 else None
+    return dict(num_workers=num_workers, multiprocessing_context=context, worker_init_fn=ignore_stop_signals)
+
+
+def mostly_jpegs(names: Iterable[str], sample: int = 256) -> bool:
+    """Most of the first `sample` file names are JPEGs: what GPU decoding is for."""
     seen = jpegs = 0
     for name in names:
-        seen, jpegs = seen + 1, jpegs + name.endswith((".jpg", ".jpeg"))
+        seen, jpegs = seen + 1, jpegs + name.lower().endswith((".jpg", ".jpeg"))
         if seen >= sample:
             break
     return seen > 0 and 2 * jpegs > seen
 
 
-def _decode(cfg: Config, accelerator: str) -> str:
+def holds_jpegs(train_dir: Path, sample: int = 256) -> bool:
+    """Most of the first `sample` files of the class folders are JPEGs."""
+    return mostly_jpegs((p.name for f in sorted(train_dir.iterdir()) if f.is_dir() for p in f.iterdir()), sample)
+
+
+def _decode(cfg: Config, accelerator: str, images: Sequence[str | Path] | None = None) -> str:
+    """Where images are decoded. `images`: predict.py's inputs, which take the place of the training folder."""
     if cfg.decode == "cpu":
         return "cpu"
-    if cfg.data != "folder":
+    if images is None and cfg.data != "folder":
         if cfg.decode == "gpu":
             raise ConfigError("decode", f"gpu decodes image files, which only --data folder reads, not {cfg.data}")
         return "cpu"
@@ -96,9 +111,11 @@ def _decode(cfg: Config, accelerator: str) -> str:
         raise ConfigError("decode", "gpu needs TorchCodec, which is not installed here; pip install torchcodec, or cpu")
     if cfg.decode == "gpu":
         return "gpu"
+    if accelerator != "cuda" or not torchcodec_available():
+        return "cpu"
     train = Path(cfg.data_dir) / "train"
-    gpu = accelerator == "cuda" and torchcodec_available() and train.is_dir() and holds_jpegs(train)
-    return "gpu" if gpu else "cpu"
+    jpegs = mostly_jpegs(str(p) for p in images) if images is not None else train.is_dir() and holds_jpegs(train)
+    return "gpu" if jpegs else "cpu"
 
 
 def _accelerator(cfg: Config) -> str:
@@ -148,7 +165,8 @@ def _precision(cfg: Config, accelerator: str) -> str:
     return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
 
 
-def resolve(cfg: Config) -> Hardware:
+def resolve(cfg: Config, images: Sequence[str | Path] | None = None) -> Hardware:
+    """`images`: the files predict.py labels; `--decode auto` then looks at them instead of the training folder."""
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
     world_size = local * cfg.num_nodes
@@ -174,7 +192,7 @@ def resolve(cfg: Config) -> Hardware:
         # Fixed input shapes (drop_last, square images) let cuDNN autotune once; determinism forbids autotuning.
         cudnn_benchmark=accelerator == "cuda" and not cfg.deterministic,
         device_name=torch.cuda.get_device_name() if accelerator == "cuda" else accelerator,
-        decode=_decode(cfg, accelerator),
+        decode=_decode(cfg, accelerator, images),
     )
 
 

@@ -32,9 +32,12 @@ __all__ = [
     "collate_images",
     "decode_batch",
     "decode_each",
+    "decode_encoded",
     "decode_rgb",
     "eval_transform",
     "gpu_decodable",
+    "is_encoded",
+    "keep_bytes_on_host",
     "limit_size",
     "max_side",
     "pad_images",
@@ -115,6 +118,47 @@ def collate_bytes(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor
 def split_bytes(flat: Tensor, lengths: Tensor) -> list[Tensor]:
     """Undo collate_bytes: one 1-D uint8 tensor per file (views, no copy)."""
     return list(torch.split(flat, lengths.tolist()))
+
+
+def is_encoded(batch: Sequence[Tensor]) -> bool:
+    """A collate_bytes batch (bytes end to end, lengths, labels), not a collate_images one (images, sizes, labels)."""
+    return len(batch) == 3 and batch[0].ndim == 1
+
+
+def keep_bytes_on_host(batch: Sequence[Tensor], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """`transfer_batch_to_device` for a collate_bytes batch: the bytes stay in (pinned) host memory, where nvJPEG and
+    the CPU fallback read them; only the labels go to `device`, and tell `decode_encoded` where to decode to."""
+    flat, lengths, labels = batch
+    return flat, lengths, labels.to(device, non_blocking=True)
+
+
+def decode_encoded(
+    batch: Sequence[Tensor], max_side: int, fill: bool, names: Sequence[str] = ()
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A collate_bytes batch -> (padded uint8 images, sizes, labels) on the labels' device, for training and predict.py
+    alike: `decode_each` (one nvJPEG call, the CPU per sample for the rest), shorter sides limited as workers do.
+
+    A file the worker could read but no decoder here can (rare: a corrupt JPEG body) is named in a warning (by
+    `names[label]` when given: predict.py's labels are input positions), then with `fill` replaced by the batch's
+    first readable image and its label (training keeps static shapes), else dropped with its label (prediction:
+    a stand-in image would be a wrong row for the dropped input)."""
+    flat, lengths, labels = batch
+    decoded = decode_each(split_bytes(flat, lengths), labels.device)
+    keep = [i for i, image in enumerate(decoded) if image is not None]
+    for i in (i for i, image in enumerate(decoded) if image is None):
+        named = f"unreadable image {names[int(labels[i])]}: no decoder can read it" if names else ""
+        warnings.warn(f"skipping {named or 'an image no decoder can read'} (sample {i} of the batch)", stacklevel=2)
+    if not keep:
+        if fill:
+            raise UnreadableImageError(f"none of the {len(decoded)} images of this batch can be decoded")
+        empty = torch.empty((0, 3, 1, 1), dtype=torch.uint8, device=labels.device)
+        return empty, torch.empty((0, 2), dtype=torch.int64, device=labels.device), labels[:0]
+    rows = [i if decoded[i] is not None else keep[0] for i in range(len(decoded))] if fill else keep
+    if len(keep) < len(decoded):  # only then: indexing copies the rows to the device
+        labels = labels[torch.tensor(rows, device=labels.device)]
+    images = [limit_size(image, max_side) for image in (decoded[i] for i in rows) if image is not None]
+    padded, sizes = pad_images(images)
+    return padded, sizes, labels
 
 
 def pad_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
