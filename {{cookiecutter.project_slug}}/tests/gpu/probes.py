@@ -6,6 +6,10 @@ loss scaling, dynamo, channels_last) the test also runs there, so CI without a G
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, TypeVar
 
 import lightning as L
@@ -15,6 +19,7 @@ from torch import nn
 
 import train
 from {{ cookiecutter.package_name }} import trainer as trainer_module
+from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 GPUS = torch.cuda.device_count()
 NEEDS_GPU = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU; torch sees none on this machine")
@@ -48,3 +53,20 @@ def network(pl_module: L.LightningModule) -> nn.Module:
 
 def layers(pl_module: L.LightningModule, kind: type[Layer]) -> list[Layer]:
     return [m for m in network(pl_module).modules() if isinstance(m, kind)]
+
+
+def assert_loads_where_no_gpu_is_visible(checkpoint: Path, root: Path) -> None:
+    """A checkpoint written on a GPU loads in a fresh process that sees no GPU: every tensor on the CPU, and the
+    classifier gives finite logits for [0, 255] images."""
+    load_on_cpu = (
+        f"import sys, torch; from {ImageClassifier.__module__} import ImageClassifier; "
+        "model = ImageClassifier.load_from_checkpoint(sys.argv[1], map_location='cpu', weights_only=True).eval(); "
+        "print(torch.cuda.is_available(), *{str(t.device) for t in model.state_dict().values()}, "
+        "bool(model(torch.rand(2, 3, 16, 16) * 255).isfinite().all()))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)]), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", load_on_cpu, str(checkpoint)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["False", "cpu", "True"], "no GPU visible, every tensor on the CPU, finite logits"

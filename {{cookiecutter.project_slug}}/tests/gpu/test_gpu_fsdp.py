@@ -4,19 +4,12 @@ which CUDA's fused AdamW refuses (tests/test_fsdp_layout.py checks the strides o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, run_train
-from probes import NEEDS_GPU
-
-from {{ cookiecutter.package_name }}.model import ImageClassifier
-
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+from probes import NEEDS_GPU, assert_loads_where_no_gpu_is_visible
 
 
 @pytest.mark.gpu
@@ -34,15 +27,4 @@ def test_fsdp_on_one_gpu_trains_resumes_and_its_checkpoint_loads_on_a_cpu(tiny_a
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)
     assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch, continued from step 4"
 
-    load_on_cpu = (
-        f"import sys, torch; from {ImageClassifier.__module__} import ImageClassifier; "
-        "model = ImageClassifier.load_from_checkpoint(sys.argv[1], map_location='cpu', weights_only=True).eval(); "
-        "print(torch.cuda.is_available(), *{str(t.device) for t in model.state_dict().values()}, "
-        "bool(model(torch.rand(2, 3, 16, 16) * 255).isfinite().all()))"
-    )
-    env = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(
-        [sys.executable, "-c", load_on_cpu, str(last)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["False", "cpu", "True"], "no GPU visible, every tensor on the CPU, finite logits"
+    assert_loads_where_no_gpu_is_visible(last, ROOT)
