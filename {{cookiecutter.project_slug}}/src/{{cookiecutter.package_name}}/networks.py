@@ -150,6 +150,8 @@ def check_image_size(name: str, num_classes: int, image_size: int, pretrained: b
                 net = build_network(name, num_classes, size, pretrained)
             except ConfigError:
                 raise
+            except (AssertionError, ValueError):  # a constructor refusing the size (ViT: a multiple of its patch)
+                return False
             except Exception:  # a constructor that needs real numbers
                 return None
             try:
@@ -164,7 +166,7 @@ def check_image_size(name: str, num_classes: int, image_size: int, pretrained: b
     if verdict is None:
         note(f"cannot check on the meta device whether {image_size} px fits {name}; the first step will tell")
     elif not verdict:
-        larger = next((s for s in (32, 64, 96, 128, 224, 299, 384, 518) if s > image_size and fits(s)), None)
+        larger = next((s for s in (32, 56, 64, 96, 112, 128, 224, 299, 384, 518) if s > image_size and fits(s)), None)
         hint = f"try --image-size {larger}" if larger else "try a larger --image-size"
         raise ConfigError("image_size", f"{image_size} px is too small for {name}; {hint}")
 
