@@ -58,7 +58,7 @@ def write_photos(root: Path, samples: int, distinct: int = 64, size: tuple[int, 
         os.link(root / "train" / name / f"{SHAPES.index(name)}.jpg", root / "val" / name / "0.jpg")
 
 
-def ready_batches(data: ImageDataModule, device: torch.device) -> Generator[Any, None, None]:
+def ready_batches(data: ImageDataModule, device: torch.device) -> Generator[Any]:  # a Generator, for close()
     """The train loader's batches as the model gets them (evaluation crop: a benchmark has no trainer)."""
     for batch in data.train_dataloader():
         yield data.on_after_batch_transfer(data.transfer_batch_to_device(batch, device, 0), 0)
