@@ -27,7 +27,7 @@ IMPORTED |= {"yaml", "PIL", "rich", "tensorboard", "triton", "sympy", "fsspec", 
 IMPORTED |= {"tqdm", "jinja2", "filelock", "networkx", "pytest", "mypy", "ruff", "test"}
 IMPORTED |= {"timm", "torchcodec", "safetensors", "huggingface_hub", "onnx", "onnxruntime", "onnxscript"}
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
-IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics"}
+IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torchvision
+from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,3 +44,22 @@ def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
         cwd=ROOT,
         env=env,
     )
+
+
+def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:
+    """A resnet18 with 1000 classes and non-default values everywhere (BatchNorm statistics included), saved."""
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=1000)
+    for key, tensor in net.state_dict().items():  # views of the network's own tensors
+        if key.endswith("running_mean"):
+            tensor.uniform_(-1, 1)
+        elif key.endswith("running_var"):
+            tensor.uniform_(0.5, 2)
+        elif key.endswith(".weight") and tensor.ndim == 1:
+            tensor.uniform_(0.5, 1.5)
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    if path.suffix == ".safetensors":
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    else:
+        torch.save(state, path)
+    return state

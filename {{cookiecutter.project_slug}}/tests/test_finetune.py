@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pretrained import imagenet_like_resnet18
+from conftest import imagenet_like_resnet18
 
 import train
 

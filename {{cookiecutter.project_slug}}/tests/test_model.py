@@ -67,10 +67,10 @@ def test_a_wrong_model_name_gets_one_line_with_the_closest_valid_names(name: str
 
 @pytest.mark.parametrize("name", ["fasterrcnn_resnet50_fpn", "resnet9000"])
 def test_train_py_refuses_a_wrong_model_in_one_line_blaming_model_and_downloads_nothing(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as stop:
-        train.main([f"--model={name}", "--fast-dev-run", f"--output-dir={tmp_path / 'run'}"])
+        train.main([*tiny_args, f"--model={name}", "--fast-dev-run"])
     error = capsys.readouterr().err
     assert stop.value.code == 2 and error.startswith("error: --model: ") and name in error
     assert len(error.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

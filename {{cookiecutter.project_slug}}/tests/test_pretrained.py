@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchvision
-from conftest import run_train
-from safetensors.torch import save_file
+from conftest import imagenet_like_resnet18, run_train
 from torch import nn
 
 from {{ cookiecutter.package_name }}.config import Config, ConfigError
@@ -16,25 +14,6 @@ from {{ cookiecutter.package_name }}.hardware import Hardware
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 CPU = Hardware("cpu", 1, 1, "32-true", False, False, False, 0, False, "CPU")
-
-
-def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:
-    """A resnet18 with 1000 classes and non-default values everywhere (BatchNorm statistics included), saved."""
-    torch.manual_seed(0)
-    net = torchvision.models.resnet18(num_classes=1000)
-    for key, tensor in net.state_dict().items():  # views of the network's own tensors
-        if key.endswith("running_mean"):
-            tensor.uniform_(-1, 1)
-        elif key.endswith("running_var"):
-            tensor.uniform_(0.5, 2)
-        elif key.endswith(".weight") and tensor.ndim == 1:
-            tensor.uniform_(0.5, 1.5)
-    state = {k: v.clone() for k, v in net.state_dict().items()}
-    if path.suffix == ".safetensors":
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-    else:
-        torch.save(state, path)
-    return state
 
 
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
@@ -81,13 +60,13 @@ def test_weights_of_another_architecture_or_no_weights_file_are_refused(
     ],
 )
 def test_offline_without_a_cache_says_in_one_line_how_to_provide_the_weights(
-    model: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model: str, how: str, tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     empty = tmp_path / "empty-cache"
     for variable in ("TORCH_HOME", "HF_HOME"):
         monkeypatch.setenv(variable, str(empty))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    result = run_train(f"--model={model}", "--pretrained", "--fast-dev-run", f"--output-dir={tmp_path / 'run'}")
+    result = run_train(*tiny_args, "--image-size=64", f"--model={model}", "--pretrained", "--fast-dev-run")
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: --pretrained: cannot get {model}'s pretrained weights (")
     assert how in result.stderr and result.stderr.rstrip().endswith("pass --pretrained FILE")

@@ -102,9 +102,11 @@ class ImageDataModule(L.LightningDataModule):
         crop_pct: float = CROP_PCT,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # crop_pct is the model's (its hparams record it, from timm's pretrained cfg when pretrained), not the data's:
+        # train.py sets it from the model before fit, and Lightning refuses the same hparam with two values.
+        self.save_hyperparameters(ignore=["crop_pct"])
         self.root = Path(data_dir)
-        self.crop_pct = crop_pct  # folder eval crop; train.py sets the model's (timm's pretrained cfg) before fit
+        self.crop_pct = crop_pct
         self.datasets: dict[str, TensorDataset | ImageFiles] = {}
         if data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
