@@ -24,12 +24,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Minute-long tests first in each xdist worker's share, so that they overlap instead of queueing on one worker.
 
     `--dist worksteal` first hands each of the n workers one contiguous share of the collection, then rebalances
-    only tests that have not started; the long ones are dealt round-robin to the heads of those shares.
+    only tests that have not started. The long ones go to the heads of those shares longest first, each to the share
+    with the fewest minutes so far; a `slow` or `suite` marker's `minutes=` says how long its test takes (default 1).
     """
-    long = [i for i in items if i.get_closest_marker("slow") or i.get_closest_marker("suite")]
-    short = [i for i in items if i not in long]
+
+    def minutes(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("suite") or item.get_closest_marker("slow")
+        return float(marker.kwargs.get("minutes", 1)) if marker else 0.0
+
+    long = sorted((i for i in items if minutes(i)), key=minutes, reverse=True)
+    short = [i for i in items if not minutes(i)]
     workers = getattr(config.option, "numprocesses", None) or 1
-    shares: list[list[pytest.Item]] = [long[w::workers] for w in range(workers)]
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for item in long:
+        min(shares, key=lambda share: sum(map(minutes, share))).append(item)
     left = len(items)
     for w, share in enumerate(shares):
         size = left // (workers - w)  # what worksteal's first schedule sends to worker w

@@ -35,8 +35,11 @@ ANSWER_INDEPENDENT = [
 ]
 
 
-@pytest.mark.suite
-@pytest.mark.parametrize("answers", REPRESENTATIVE.values(), ids=REPRESENTATIVE.keys())
+@pytest.mark.parametrize(
+    "answers",
+    # minutes: on 2 busy cores (conftest.py deals the long tests to xdist workers by it)
+    [pytest.param(a, id=k, marks=pytest.mark.suite(minutes=11 if not a else 3)) for k, a in REPRESENTATIVE.items()],
+)
 def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str]) -> None:
     project = bake(tmp_path, **answers)
     for name in ANSWER_INDEPENDENT:
@@ -47,10 +50,12 @@ def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str]) -> None
     assert " passed" in result.stdout.splitlines()[-1]
 
 
-@pytest.mark.suite
+@pytest.mark.suite(minutes=12)
 def test_generated_slow_tests_pass(tmp_path: Path) -> None:
     """`pytest -m slow` of the default bake: every model --model can name trains, and pretrained weights transfer."""
     project = bake(tmp_path)
-    result = run(sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400)
+    result = run(
+        sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]

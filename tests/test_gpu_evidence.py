@@ -37,10 +37,9 @@ def test_without_cookiecutter_it_asks_for_a_baked_project(python_without_cookiec
     before = evidence_files()
     result = run("bash", SCRIPT, cwd=TEMPLATE, env={"PYTHON": str(python_without_cookiecutter)})
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: {python_without_cookiecutter} lacks one of cookiecutter, lightning, pytest, torch; "
-        "install them, or pass an already-baked PROJECT_DIR"
-    ]
+    expected = f"error: {python_without_cookiecutter} lacks one of cookiecutter, lightning, pytest, torch; "
+    expected += "install them, or pass an already-baked PROJECT_DIR"
+    assert result.stderr.strip().splitlines() == [expected]
     assert evidence_files() == before
 
 
