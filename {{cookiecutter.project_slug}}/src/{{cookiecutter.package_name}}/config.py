@@ -129,7 +129,7 @@ class Config:
             )
         if not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"must be from 0 to {2**32 - 1} (what NumPy can seed), got {self.seed}")
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = usable_cpus()
         if self.num_workers is not None and not 0 <= self.num_workers <= cpus:
             # each worker is a process holding a copy of the dataset: more than the CPUs only costs memory
             raise ConfigError(
@@ -178,6 +178,11 @@ def parse_every(text: str) -> tuple[int | None, float | None]:
         else:
             seconds = number * {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}[unit]
     return steps, seconds
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: the affinity mask (taskset, cgroups, srun --cpu-bind), not the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def parse_devices(value: str) -> int | list[int] | str:

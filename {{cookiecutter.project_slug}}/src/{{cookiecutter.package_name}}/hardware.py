@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .config import Config, ConfigError, parse_devices
+from .config import Config, ConfigError, parse_devices, usable_cpus
 from .decoding import torchcodec_available
 from .resume import ignore_stop_signals
 
@@ -46,11 +46,11 @@ class Hardware:
 def cpus_per_device(local_devices: int) -> int:
     """CPUs this process may use, per device it drives.
 
-    sched_getaffinity is what the OS lets us run on (taskset, cgroups, srun --cpu-bind), unlike os.cpu_count. Under
-    SLURM, --cpus-per-task bounds each task even when the affinity mask is the whole node. With one task per device
-    (srun, as scripts/slurm.sbatch launches) the task's CPUs all belong to its one device; with one task driving
-    several devices (Lightning starts the other ranks itself) they are shared out."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    `usable_cpus` is what the OS lets us run on, unlike os.cpu_count. Under SLURM, --cpus-per-task bounds each task
+    even when the affinity mask is the whole node. With one task per device (srun, as scripts/slurm.sbatch launches)
+    the task's CPUs all belong to its one device; with one task driving several devices (Lightning starts the other
+    ranks itself) they are shared out."""
+    cpus = usable_cpus()
     per_task = os.environ.get("SLURM_CPUS_PER_TASK", "")
     if per_task.isdigit() and int(per_task) > 0:
         cpus = min(cpus, int(per_task))
