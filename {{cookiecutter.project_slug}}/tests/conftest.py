@@ -36,14 +36,12 @@ def tiny_args(tmp_path: Path) -> list[str]:
 def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python train.py ARGS` in a fresh process, as a user would run it (src/ on the path even if not installed)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
+    command = [sys.executable, str(ROOT / "train.py"), *args]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired as err:  # a hang fails its test with what the run printed, not a bare timeout
+        out, errors = (s.decode() if isinstance(s, bytes) else s or "" for s in (err.stdout, err.stderr))
+        return subprocess.CompletedProcess(command, -9, out, f"{errors}\nkilled: still running after {timeout:.0f} s")
 
 
 def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:

@@ -15,6 +15,8 @@ from conftest import ROOT
 
 import bench
 import train
+from {{ cookiecutter.package_name }}.loader_benchmark import write_photos
+from {{ cookiecutter.package_name }}.sources import SHAPES
 
 TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8", "--warmup=1", "--steps=2"]
 
@@ -101,3 +103,16 @@ def test_profile_refuses_fast_dev_run_which_has_too_few_steps(capsys: pytest.Cap
         train.main(["--profile", "--fast-dev-run"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith("error: --profile: needs a dozen training steps")
+
+
+@pytest.mark.parametrize("distinct", [4, 64])
+def test_the_photo_writer_gives_val_one_image_of_each_class_that_train_has(tmp_path: Path, distinct: int) -> None:
+    """With fewer distinct photos than classes, train/ has fewer classes, and val/ must not link to missing ones."""
+    write_photos(tmp_path, samples=16, distinct=distinct, size=(30, 40))
+    train = {folder.name: sorted(folder.iterdir()) for folder in (tmp_path / "train").iterdir()}
+    val = {folder.name: sorted(folder.iterdir()) for folder in (tmp_path / "val").iterdir()}
+    assert sorted(train) == sorted(val) == sorted(SHAPES[: min(distinct, len(SHAPES))])
+    assert sum(map(len, train.values())) == 16
+    for name, [image] in val.items():
+        first = min(train[name], key=lambda path: int(path.stem))
+        assert image.read_bytes() == first.read_bytes() and image.read_bytes()[:2] == b"\xff\xd8"

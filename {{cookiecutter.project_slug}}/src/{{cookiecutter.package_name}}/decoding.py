@@ -22,7 +22,8 @@ class UnreadableImageError(RuntimeError):
 
 def torchcodec_available() -> bool:
     try:
-        import torchcodec.decoders  # noqa: F401
+        # Image decoding came in TorchCodec 0.16; an older one (0.11 is torch 2.11's match) imports but cannot decode.
+        from torchcodec.decoders import decode_image, decode_jpeg  # noqa: F401
     except (ImportError, OSError, RuntimeError):  # no wheel for this platform, or its native library fails to load
         return False
     return True

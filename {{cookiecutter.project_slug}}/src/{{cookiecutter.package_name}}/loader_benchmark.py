@@ -53,9 +53,9 @@ def write_photos(root: Path, samples: int, distinct: int = 64, size: tuple[int, 
         write_jpeg(photo(generator, *size), str(written[-1]), quality=90)
     for i in range(len(written), samples):
         os.link(written[i % len(written)], written[i % len(written)].with_name(f"{i}.jpg"))
-    for name in SHAPES[: min(samples, len(SHAPES))]:
-        (root / "val" / name).mkdir(parents=True, exist_ok=True)
-        os.link(root / "train" / name / f"{SHAPES.index(name)}.jpg", root / "val" / name / "0.jpg")
+    for first in written[: len(SHAPES)]:  # each class train/ has: fewer than all when distinct < len(SHAPES)
+        (root / "val" / first.parent.name).mkdir(parents=True, exist_ok=True)
+        os.link(first, root / "val" / first.parent.name / "0.jpg")
 
 
 def ready_batches(data: ImageDataModule, device: torch.device) -> Generator[Any]:  # a Generator, for close()

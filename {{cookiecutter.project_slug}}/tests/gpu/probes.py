@@ -6,6 +6,7 @@ loss scaling, dynamo, channels_last) the test also runs there, so CI without a G
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -19,9 +20,14 @@ from torch import nn
 
 import train
 from {{ cookiecutter.package_name }} import trainer as trainer_module
+from {{ cookiecutter.package_name }}.decoding import torchcodec_available
 from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 GPUS = torch.cuda.device_count()
+NEEDS_TORCHCODEC = pytest.mark.skipif(
+    not torchcodec_available(),
+    reason="GPU decoding needs TorchCodec >= 0.16 (pip install 'torchcodec>=0.16'): missing or failing to load here",
+)
 NEEDS_GPU = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU; torch sees none on this machine")
 NEEDS_GPUS = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 or more CUDA GPUs; torch sees {GPUS} on this machine")
 GPU = [pytest.mark.gpu, NEEDS_GPU]
@@ -42,6 +48,17 @@ def fit(monkeypatch: pytest.MonkeyPatch, args: list[str], *probes: L.Callback, *
     monkeypatch.setattr(trainer_module, "build_trainer", build_with_probes)
     train.main(args)
     return built[0]
+
+
+def steps_of_the_last_run(output_dir: Path) -> list[int]:
+    """The global steps that the last process to train in `output_dir` logged: the rows of the CSV logs from the last
+    one whose per-process batch count is 1 on. A run that resumed at step 4 logs 4, 5, ...; one that ignored the
+    checkpoint logs 0, 1, ... again, whether the logger appends to the earlier rows or starts the file afresh."""
+    rows = [row for path in sorted(output_dir.rglob("metrics.csv")) for row in csv.DictReader(path.open())]
+    batches = [(int(float(r["step"])), float(r["train/batches"])) for r in rows if r.get("train/batches")]
+    starts = [i for i, (_, count) in enumerate(batches) if count == 1]
+    assert starts, f"no training step logged under {output_dir}"
+    return [step for step, _ in batches[starts[-1] :]]
 
 
 def network(pl_module: L.LightningModule) -> nn.Module:

@@ -6,48 +6,66 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from conftest import run_train
-from probes import GPU
-from torchvision.io import encode_jpeg, encode_png
+from probes import GPU, NEEDS_TORCHCODEC
 
+import train
 from {{ cookiecutter.package_name }}.data import ImageDataModule
 from {{ cookiecutter.package_name }}.loader_benchmark import photo, write_photos
 from {{ cookiecutter.package_name }}.transforms import ImageFiles, decode_each, decode_rgb
 
 pytestmark = GPU
-decoders = pytest.importorskip("torchcodec.decoders", reason="GPU decoding needs TorchCodec, absent on this platform")
 
 
+def spy_on_nvjpeg(monkeypatch: pytest.MonkeyPatch) -> list[list[torch.Tensor]]:
+    """Each successful nvJPEG call's images, in call order: a silent fallback to the CPU decoder leaves none."""
+    import torchcodec.decoders as decoders
+
+    nvjpeg, calls = decoders.decode_jpeg, []
+
+    def spy(sources: Any, **options: Any) -> Any:
+        images = nvjpeg(sources, **options)
+        calls.append(images if isinstance(images, list) else [images])
+        return images
+
+    monkeypatch.setattr(decoders, "decode_jpeg", spy)
+    return calls
+
+
+@NEEDS_TORCHCODEC
 def test_gpu_decode_equals_cpu_decode_and_really_runs_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchvision.io import encode_jpeg, encode_png
+
     generator = torch.Generator().manual_seed(0)
     photos = [photo(generator, 375, 500) for _ in range(6)]
     encoded = [encode_jpeg(p, quality=90) for p in photos] + [encode_png(photos[0])]
-    nvjpeg = decoders.decode_jpeg
-    batches: list[int] = []
-
-    def spy(sources: object, **options: object) -> object:
-        batches.append(len(sources) if isinstance(sources, list) else 1)
-        return nvjpeg(sources, **options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(decoders, "decode_jpeg", spy)
+    calls = spy_on_nvjpeg(monkeypatch)
     decoded = decode_each(encoded, "cuda")
-    assert batches == [6], "the six JPEGs in one nvJPEG call, the PNG on the CPU"
+    assert [len(images) for images in calls] == [6], "the six JPEGs in one nvJPEG call, the PNG on the CPU"
     for data, image in zip(encoded, decoded, strict=True):
         assert image is not None and image.device.type == "cuda" and image.dtype == torch.uint8
         diff = (image.cpu().float() - decode_rgb(data).float()).abs()
-        assert diff.mean() < 1.0 and diff.max() <= 32, "nvJPEG and libjpeg differ only in IDCT/upsampling rounding"
+        report = f"mean |diff| {diff.mean():.3f}, max {diff.max():.0f}"
+        assert diff.mean() < 1.0 and diff.max() <= 32, f"nvJPEG and libjpeg differ only in rounding: {report}"
 
 
-def test_decode_auto_picks_the_gpu_for_jpegs_and_trains(tiny_args: list[str], tmp_path: Path) -> None:
+@NEEDS_TORCHCODEC
+def test_decode_auto_picks_the_gpu_for_jpegs_and_training_decodes_every_batch_there(
+    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_photos(tmp_path / "photos", samples=32, distinct=8, size=(75, 100))
+    calls = spy_on_nvjpeg(monkeypatch)  # workers only read bytes: the decoding is in this process
     args = [*tiny_args, "--accelerator=cuda", "--precision=bf16-mixed", "--num-workers=2"]
-    result = run_train(*args, "--data=folder", f"--data-dir={tmp_path / 'photos'}", "--max-epochs=2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "decode=gpu" in result.stdout and "test/acc=" in result.stdout
-    assert "exited unexpectedly" not in result.stderr
+    train.main([*args, "--data=folder", f"--data-dir={tmp_path / 'photos'}", "--max-epochs=2"])
+    out = capsys.readouterr().out
+    assert "decode=gpu" in out and "test/acc=" in out
+    decoded = [image for images in calls for image in images]
+    # 2 epochs of 4 training batches of 8, and each epoch's validation: every one through nvJPEG, none on the CPU
+    assert len(calls) >= 8 and len(decoded) >= 2 * 32, f"{len(decoded)} images in {len(calls)} nvJPEG calls"
+    assert all(image.device.type == "cuda" for image in decoded)
 
 
 def test_loader_workers_started_after_cuda_init_survive_cuda_tensors_in_the_garbage(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, run_train
-from probes import NEEDS_GPU, assert_loads_where_no_gpu_is_visible
+from probes import NEEDS_GPU, assert_loads_where_no_gpu_is_visible, steps_of_the_last_run
 
 
 @pytest.mark.gpu
@@ -25,6 +25,7 @@ def test_fsdp_on_one_gpu_trains_resumes_and_its_checkpoint_loads_on_a_cpu(tiny_a
     resumed = run_train(*args, "--max-epochs=2", "--resume=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)
-    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch, continued from step 4"
+    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch"
+    assert steps_of_the_last_run(tmp_path / "run") == [4, 5, 6, 7], "continued from the saved step, not from zero"
 
     assert_loads_where_no_gpu_is_visible(last, ROOT)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, run_train
-from probes import NEEDS_GPU, NEEDS_GPUS, assert_loads_where_no_gpu_is_visible
+from probes import NEEDS_GPU, NEEDS_GPUS, assert_loads_where_no_gpu_is_visible, steps_of_the_last_run
 
 import train
 
@@ -33,14 +33,15 @@ def test_gpu_checkpoint_loads_where_no_gpu_is_visible_and_resumes_on_the_gpu(
     train.main([*args, "--max-epochs=2", "--resume=last"])
     assert re.search(r"hardware: .+ x1 \| precision=bf16-mixed compile=True", capsys.readouterr().out)
     checkpoint = torch.load(last, map_location="cpu", weights_only=False)
-    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch, continued from step 4"
+    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8, "4 steps an epoch"
+    assert steps_of_the_last_run(tmp_path / "run") == [4, 5, 6, 7], "continued from the saved step, not from zero"
 
 
 @pytest.mark.gpu
 @NEEDS_GPU
 def test_ddp_strategy_on_a_single_gpu(tiny_args: list[str]) -> None:
     args = ["--accelerator=cuda", "--strategy=ddp", "--devices=1", "--precision=bf16-mixed", "--no-compile"]
-    result = run_train(*tiny_args, *args)
+    result = run_train(*tiny_args, *args, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1" in output and "distributed_backend=nccl" in output
