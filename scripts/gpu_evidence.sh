@@ -47,6 +47,7 @@ if [ -z "$out" ]; then
     echo "error: --out: needs a folder" >&2
     exit 2
 fi
+[ ! -d "$wheels" ] || wheels="$(cd "$wheels" && pwd)"  # read after this script has changed directory
 
 if [ -n "$project" ]; then
     if [ ! -f "$project/train.py" ] || [ ! -d "$project/src" ]; then

@@ -16,6 +16,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from {{ cookiecutter.package_name }}.config import Config
+from {{ cookiecutter.package_name }}.data import ImageDataModule
 from {{ cookiecutter.package_name }}.hardware import Hardware
 from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
 
@@ -55,3 +56,14 @@ def test_under_fsdp_every_gradient_has_the_strides_of_its_parameter(name: str, t
         assert checked > 10
     finally:
         dist.destroy_process_group()
+
+
+def test_under_fsdp_the_module_and_the_datamodule_agree_on_every_hparam_they_share() -> None:
+    """Lightning refuses to start when they disagree: `--strategy fsdp --channels-last` once failed on its first GPU
+    run because the module recorded NCHW weights as channels_last=False while the batches stayed NHWC."""
+    model = ImageClassifier.from_config(Config(strategy="fsdp", image_size=32), GPU_LIKE, ["a", "b", "c"])
+    datamodule = ImageDataModule(image_size=32, channels_last=GPU_LIKE.channels_last)
+    shared = model.hparams.keys() & datamodule.hparams.keys()
+    assert "channels_last" in shared
+    assert {k: model.hparams[k] for k in shared} == {k: datamodule.hparams[k] for k in shared}
+    assert all(p.is_contiguous() for p in model.net.parameters()), "FSDP keeps the weights NCHW"

@@ -47,6 +47,7 @@ class ImageClassifier(L.LightningModule):
         backbone_lr_scale: float = 0.1,
         freeze_epochs: int = 1,
         channels_last: bool = True,
+        fsdp: bool = False,
         compile: bool = False,
         compile_mode: str = "default",
     ) -> None:
@@ -62,7 +63,9 @@ class ImageClassifier(L.LightningModule):
         num_classes = len(class_names)
         check_image_size(model, num_classes, image_size, bool(pretrained))
         self.net = build_network(model, num_classes, image_size, bool(pretrained))
-        if channels_last:
+        # Under FSDP (use_orig_params) a channels_last weight gets a contiguous gradient, and CUDA's fused AdamW refuses
+        # tensors whose strides differ. So FSDP keeps weights in the default layout; inputs stay NHWC.
+        if channels_last and not fsdp:
             self.net = self.net.to(memory_format=torch.channels_last)
         # Made from the hparams, so not saved with the weights: exports and predict.py get them with the model.
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
@@ -101,9 +104,8 @@ class ImageClassifier(L.LightningModule):
             warmup_fraction=cfg.warmup_fraction,
             backbone_lr_scale=cfg.backbone_lr_scale,
             freeze_epochs=cfg.freeze_epochs,
-            # Under FSDP (use_orig_params) a channels_last weight gets a contiguous gradient, and CUDA's fused AdamW
-            # refuses tensors whose strides differ. So FSDP keeps weights in the default layout; inputs stay NHWC.
-            channels_last=hw.channels_last and cfg.strategy != "fsdp",
+            channels_last=hw.channels_last,  # the DataModule's too: Lightning refuses hparams that disagree
+            fsdp=cfg.strategy == "fsdp",
             compile=hw.compile,
             compile_mode=cfg.compile_mode,
         )
