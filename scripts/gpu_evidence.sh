@@ -99,8 +99,9 @@ verdict() {  # pytest exits 0 when every test skips: its report's counts decide
 
 about() {
     date -u '+%Y-%m-%d %H:%M:%S UTC'
-    # TEMPLATE_COMMIT: where this copy of the template has no .git (a working tree sent to a GPU machine)
-    echo "template commit: $(git -C "$TEMPLATE" rev-parse --verify -q HEAD 2>/dev/null || echo "${TEMPLATE_COMMIT:-unknown}")"
+    # TEMPLATE_COMMIT: the commit the project was baked from, where this copy's .git is missing or not that commit
+    # (a working tree sent to a GPU machine)
+    echo "template commit: ${TEMPLATE_COMMIT:-$(git -C "$TEMPLATE" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}"
     git -C "$TEMPLATE" status --short -- . ':!docs/gpu-evidence' ':!docs/benchmarks' 2>/dev/null | sed 's/^/  not committed: /'
     echo "project: $project"
     if [ -f "$project/.cruft.json" ]; then
