@@ -27,7 +27,7 @@ import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from {{ cookiecutter.package_name }} import hardware, loader_benchmark
-from {{ cookiecutter.package_name }}.bench_report import table, write_json
+from {{ cookiecutter.package_name }}.bench_report import compare, table, write_json
 from {{ cookiecutter.package_name }}.benchmark import (
     Setting,
     Spec,
@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated setting names, 'folder', 'loader'; default: everything")
     parser.add_argument("--compile", action="store_true", help="CPU: add compiled settings (always there on CUDA)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="Lightning and plain PyTorch measured in turn this many times (%(default)s)",
+    )
+    parser.add_argument(
         "--peak-tflops", type=float, help="one device's dense bf16/fp16 peak, for MFU off Lightning's list"
     )
     parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
@@ -77,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("image_size", "batch_size", "steps"):
+    for key in ("image_size", "batch_size", "steps", "rounds"):
         if getattr(args, key) < 1:
             fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
     if args.warmup < 0:
@@ -157,6 +163,7 @@ def measure(
         "settings": [],
         "plain": None,
         "lightning_over_plain": None,
+        "lightning_over_plain_rounds": [],
         "folder": [],
         "loader": [],
         "predict": [],
@@ -175,9 +182,14 @@ def measure(
             save(results)
             if setting == default:
                 results["plain"] = row(run_plain, setting, f"plain PyTorch, {setting.name}")
-                ratio = results["settings"][-1]["images_per_s"] / results["plain"]["images_per_s"]
-                results["lightning_over_plain"] = ratio
+                rounds = [(results["settings"][-1]["images_per_s"], results["plain"]["images_per_s"])]
+                results |= compare(rounds)
                 save(results)
+                for i in range(1, args.rounds):  # interleaved: a machine whose speed drifts slows both sides alike
+                    lit = run_lightning(spec, setting, Path(workdir, f"round{i}-lightning")).images_per_s
+                    rounds.append((lit, run_plain(spec, setting, Path(workdir, f"round{i}-plain")).images_per_s))
+                    results |= compare(rounds)
+                    save(results)
         cpus = hardware.cpus_per_device(1)
         if "folder" in parts:
             photos = Path(workdir, "photos")
@@ -225,4 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
+
+    silence_known_noise()
     main()

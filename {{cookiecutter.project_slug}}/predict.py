@@ -6,6 +6,7 @@ resolved hardware as train.py, with the validation decoding and crop; the checkp
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from typing import Any
@@ -33,17 +34,10 @@ def gather(trainer: Any, batches: list[Any]) -> dict[int, tuple[list[float], lis
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
     from {{ cookiecutter.package_name }} import hardware
+    from {{ cookiecutter.package_name }}.files import discard
     from {{ cookiecutter.package_name }}.inference import Predictor, load_classifier, predict_loader
-    from {{ cookiecutter.package_name }}.predictions import (
-        InputError,
-        collect_images,
-        commit,
-        discard,
-        open_output,
-        summary,
-        write_rows,
-    )
-    from {{ cookiecutter.package_name }}.trainer import build_trainer
+    from {{ cookiecutter.package_name }}.predictions import InputError, collect_images, commit, open_output, summary, write_rows
+    from {{ cookiecutter.package_name }}.trainer import build_trainer, launched_as_global_zero
     from {{ cookiecutter.package_name }}.transforms import UnreadableImageError
 
     try:
@@ -51,16 +45,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     except InputError as err:
         fail(f"INPUT: {err}")
     train_cfg = cfg.training_config()
+    handle = None
     try:
         hw = hardware.resolve(train_cfg, images=paths)  # --decode auto: gpu for mostly JPEG inputs on CUDA
         classifier = load_classifier(
             cfg.checkpoint, channels_last=hw.channels_last, compile=hw.compile, compile_mode=cfg.compile_mode
         )
+        # before the Trainer, whose start-up lines would come before this one; only the process that writes
+        handle = open_output(cfg.output) if launched_as_global_zero() else None
         trainer = build_trainer(
             train_cfg, hw, callbacks=[], logger=False, enable_checkpointing=False, enable_model_summary=False
         )
-        handle = open_output(cfg.output) if trainer.is_global_zero else None
     except ConfigError as err:
+        if handle is not None:
+            discard(handle)
         fail(str(err))
     hardware.apply_backend_flags(train_cfg)
     class_names = list(classifier.hparams["class_names"])
@@ -94,6 +92,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
+    from {{ cookiecutter.package_name }}.stops import Stopped, raising_on_stop_signals
+
+    silence_known_noise()
+    # Lightning's SIGTERM handler for predict only takes note, and calls the one it found: ours, which stops.
     # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
     warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
-    main()
+    try:
+        with raising_on_stop_signals():
+            main()
+    except Stopped as stop:  # main has removed its partial output
+        print(f"predict.py: stopped by {stop}; no output written, run the same command again", file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None

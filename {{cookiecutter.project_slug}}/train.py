@@ -33,13 +33,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     except ConfigError as err:
         fail(str(err))
     import lightning as L
-    from lightning.pytorch.utilities import rank_zero_only
 
     from {{ cookiecutter.package_name }} import hardware
     from {{ cookiecutter.package_name }}.data import ImageDataModule
     from {{ cookiecutter.package_name }}.guards import check_checkpoint, check_enough_data
     from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
-    from {{ cookiecutter.package_name }}.trainer import build_trainer, check_launcher
+    from {{ cookiecutter.package_name }}.trainer import build_trainer, check_launcher, launched_as_global_zero
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             check_enough_data(datamodule, cfg.batch_size, hw.world_size)
     except ConfigError as err:
         fail(str(err))
-    rank_zero = getattr(rank_zero_only, "rank", 0) == 0  # known from the launcher's environment before the Trainer
+    rank_zero = launched_as_global_zero()  # node 0's first process only: every node has a first process
     with hold_output_dir(cfg, rank_zero):  # one run at a time in an --output-dir
         if rank_zero:
             print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
@@ -97,7 +96,11 @@ def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: An
     checkpoint = trainer.checkpoint_callback
     best = None if cfg.fast_dev_run or checkpoint is None else (checkpoint.best_model_path or None)  # type: ignore[attr-defined]
     fit_metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
-    trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)
+    # A path, never None where there is one: under SLURM Lightning would test the newest hpc_ckpt_N.ckpt, however old
+    last = Path(cfg.output_dir, "checkpoints", "last.ckpt")
+    tested = best or (str(last) if last.is_file() and not cfg.fast_dev_run else None)
+    with explain_failures(cfg, trainer, datamodule):  # a stop during the test too: its own line and exit code
+        trainer.test(model, datamodule=datamodule, ckpt_path=tested, weights_only=True)
     metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}
     if best is not None:
         metrics["val/acc"] = float(checkpoint.best_model_score)  # type: ignore[union-attr]
@@ -116,11 +119,14 @@ def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: An
 
 
 if __name__ == "__main__":
+    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
+
+    silence_known_noise()
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
         print("stopped by SIGINT", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
     finally:  # a further signal while Python shuts down (loader workers, logger threads) keeps the exit code
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_IGN)

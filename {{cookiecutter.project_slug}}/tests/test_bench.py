@@ -15,6 +15,7 @@ from conftest import ROOT
 
 import bench
 import train
+from {{ cookiecutter.package_name }}.bench_report import compare, ratio_line
 from {{ cookiecutter.package_name }}.loader_benchmark import write_photos
 from {{ cookiecutter.package_name }}.sources import SHAPES
 
@@ -24,7 +25,7 @@ TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8",
 def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_loaders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench.main([*TINY, f"--json={tmp_path / 'bench.json'}"])
+    bench.main([*TINY, "--rounds=2", f"--json={tmp_path / 'bench.json'}"])
     results = json.loads((tmp_path / "bench.json").read_text())
     names = [row["name"] for row in results["settings"]]
     assert names == ["fp32", "fp32+cl", "bf16", "bf16+cl"]
@@ -33,6 +34,9 @@ def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_load
         assert row["images_per_s"] > 0 and row["step_ms"] > 0 and row["startup_s"] >= 0, row
         assert row["peak_memory_gib"] is None and row["mfu"] is None, "no per-run memory peak nor MFU on a CPU"
     assert results["plain"]["name"] == f"plain PyTorch, {default}" and results["lightning_over_plain"] > 0
+    rounds = results["lightning_over_plain_rounds"]
+    assert len(rounds) == 2 and results["lightning_over_plain"] == pytest.approx(sum(rounds) / 2)  # the median of 2
+    assert results["lightning_over_plain_noisy"] == (abs(rounds[0] - rounds[1]) > 0.05 * sum(rounds) / 2)
     assert results["flops_per_batch"] > 0
     [folder] = results["folder"]  # no CUDA: the workers decode
     assert folder["name"] == f"{default}, folder JPEGs, cpu decode" and folder["images_per_s"] > 0
@@ -116,3 +120,24 @@ def test_the_photo_writer_gives_val_one_image_of_each_class_that_train_has(tmp_p
     for name, [image] in val.items():
         first = min(train[name], key=lambda path: int(path.stem))
         assert image.read_bytes() == first.read_bytes() and image.read_bytes()[:2] == b"\xff\xd8"
+
+
+@pytest.mark.parametrize(
+    ("rounds", "verdict"),
+    [
+        ([(100.0, 104.0), (98.0, 100.0), (99.0, 100.0)], "(median of 3 interleaved rounds, 0.962 to 0.990)"),
+        (
+            [(100.0, 104.0), (70.0, 10.0), (99.0, 101.0)],
+            "(median of 3 interleaved rounds, 0.962 to 7.000; spread 616% > 5%: too noisy to mean anything, rerun "
+            "on an idle machine)",
+        ),
+        ([(100.0, 104.0)], "(1 round: no spread to judge it by; --rounds 3 or more)"),
+    ],
+)
+def test_a_lightning_over_plain_ratio_whose_rounds_disagree_is_called_too_noisy(
+    rounds: list[tuple[float, float]], verdict: str
+) -> None:
+    """What a loaded CPU once printed as "7.113" with no warning: a ratio is read only with its spread."""
+    results = {"plain": {"name": "plain"}, **compare(rounds)}
+    assert ratio_line(results).endswith(verdict)
+    assert results["lightning_over_plain_noisy"] == (len(rounds) != 3 or rounds[1][1] == 10.0)

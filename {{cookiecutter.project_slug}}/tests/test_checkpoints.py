@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import errno
+import os
 import pickle
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import run_train
+from conftest import ROOT, run_train
 
 import train
 
@@ -141,3 +145,39 @@ def test_a_full_disk_is_one_line_naming_the_directory_and_bytes_and_keeps_the_pr
     previous = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
     assert previous["global_step"] == 4
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no partial file left
+
+
+# A SLURM job step as srun starts it: Lightning detects SLURM from these alone.
+SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0"}
+SLURM |= {"SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "1"}
+
+
+def run_under_slurm(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **SLURM, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "train.py"), *TINY, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+
+
+def test_a_stale_hpc_checkpoint_counts_as_a_run_and_is_never_what_the_test_scores(tmp_path: Path) -> None:
+    """Under SLURM Lightning resumes and tests from the newest hpc_ckpt_N.ckpt wherever it is given no path."""
+    out = tmp_path / "run"
+    first = run_under_slurm("--max-steps=2", f"--output-dir={out}")  # half an epoch: no validation, no best
+    assert first.returncode == 0, first.stderr[-3000:]
+    last, stale = out / "checkpoints" / "last.ckpt", out / "hpc_ckpt_1.ckpt"
+    os.replace(last, stale)  # a pre-emption save alone: Lightning would continue from it, unasked
+
+    fresh = run_under_slurm("--max-steps=2", f"--output-dir={out}")
+    assert fresh.returncode == 2, fresh.stderr[-3000:]
+    assert fresh.stderr.strip().splitlines() == [
+        f"error: --output-dir: {out} already holds a run ({stale}); continue it with --resume auto, "
+        "or give another --output-dir"
+    ]
+
+    shutil.copy(stale, last)
+    os.utime(stale, (1, 1))  # as a SIGUSR1 save that was not requeued leaves it: older than the run's last.ckpt
+    resumed = run_under_slurm("--max-steps=3", f"--output-dir={out}", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert str(stale) not in resumed.stderr  # Lightning names every checkpoint it loads
+    assert f"Loaded model weights from the checkpoint at {last}" in resumed.stderr  # the final weights, step 3
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
+    assert "last val/acc=" in resumed.stdout

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from {{ cookiecutter.package_name }}.trainer import build_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP_RANKS = str(ROOT / "tests" / "dump_ranks.py")
+PAUSE_RANKS = str(ROOT / "tests" / "pause_ranks.py")
 TIMEOUT = 240
 
 
@@ -179,21 +181,45 @@ def test_fsdp_on_two_gpus_trains_and_saves_a_plain_checkpoint(
     assert ranks[0]["metrics"]["val/acc"] == ranks[1]["metrics"]["val/acc"]
 
 
-def test_two_ddp_ranks_agree_and_resume_together_from_last(
+def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
     launch: Launch, tiny_args: list[str], tmp_path: Path
 ) -> None:
-    ddp = [sys.executable, DUMP_RANKS, str(tmp_path / "dump"), *tiny_args, "--devices=2", "--strategy=ddp"]
-    finish(launch(ddp))
-    first = load_ranks(tmp_path / "dump", 2)
-    assert first[0]["global_step"] == 2  # 32 samples / (batch 8 x 2 ranks)
-    assert_ranks_agree(first)
+    """Each rank counts its own share of the epoch's accuracy until the epoch's end syncs them: every rank must get
+    its own back."""
+    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--train-samples=64", "--max-epochs=2"]  # 4 steps an epoch
+    ddp = [sys.executable, PAUSE_RANKS]
+    finish(launch([*ddp, str(tmp_path / "whole"), "0", *args, f"--output-dir={tmp_path / 'uninterrupted'}"]))
+    whole = load_ranks(tmp_path / "whole", 2)
+    assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
+    assert_ranks_agree(whole)
+    running = torch.load(tmp_path / "whole" / "running.pt", weights_only=True)
+    # a step of the last epoch after which its accuracy so far is not the whole epoch's: a run resumed from there
+    # reports the epoch's accuracy only if it counts the steps before the resume too
+    at = next((step for step in (6, 5, 7) if running[step]["train_acc"] != running[8]["train_acc"]), None)
+    assert at is not None, f"every step of the last epoch has the epoch's accuracy, so none tells: {running}"
 
-    output = finish(launch([*ddp, "--max-epochs=2", "--resume=last"]))
-    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in output
-    resumed = load_ranks(tmp_path / "dump", 2)
-    assert resumed[0]["global_step"] == 4
+    # killed after the periodic checkpoint of that step, all ranks at once, as by the OOM killer or a lost node
+    every = f"--checkpoint-every={at}steps"
+    killed = launch([*ddp, str(tmp_path / "killed"), str(at), *args, every])
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (killed.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    paused = any(f"paused at step {at}" in line for line in killed.stdout or [])  # reads up to that line
+    watchdog.cancel()
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert paused, wait(killed)[-3000:]
+    wait(killed)  # gone, and with it its lock on the output dir
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == at
+
+    output = finish(launch([*ddp, str(tmp_path / "resumed"), "0", *args, every, "--resume=last"]))
+    assert f"Restoring states from the checkpoint path at {last}" in output
+    resumed = load_ranks(tmp_path / "resumed", 2)
+    assert resumed[0]["global_step"] == 8
     assert_ranks_agree(resumed)
-    assert not torch.equal(first[0]["params"]["net.fc.weight"], resumed[0]["params"]["net.fc.weight"])
+    for name, weight in whole[0]["params"].items():
+        assert torch.equal(resumed[0]["params"][name], weight), name
+    for metric in ("train/acc", "train/loss", "val/acc", "val/loss"):
+        assert resumed[0]["metrics"][metric] == whole[0]["metrics"][metric], metric
 
 
 def test_two_nodes_under_torchrun_train_as_one_job(launch: Launch, tiny_args: list[str], tmp_path: Path) -> None:

@@ -229,6 +229,20 @@ def test_nan_loss_stops_naming_the_step_and_remedies_and_keeps_the_last_good_che
         assert all(torch.isfinite(w).all() for w in saved["state_dict"].values() if w.is_floating_point())
 
 
+def test_a_checkpoint_due_at_the_nan_step_is_refused_and_the_advice_works(tiny_args: list[str], tmp_path: Path) -> None:
+    """A save every step comes before that step's loss is checked; the weights themselves decide."""
+    diverging = run_train(*tiny_args, "--max-epochs=100", "--max-steps=20", "--lr=1e8", "--checkpoint-every=1steps")
+    assert diverging.returncode == 1, diverging.stderr[-3000:]
+    for checkpoint in (tmp_path / "run" / "checkpoints").glob("*.ckpt"):
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        assert all(torch.isfinite(w).all() for w in saved["state_dict"].values() if w.is_floating_point())
+    assert "Traceback" not in diverging.stderr
+    [line] = [line for line in diverging.stderr.splitlines() if line.startswith("error: ")]
+    assert " became nan or inf at step " in line and "Start again in another --output-dir with a lower --lr" in line
+    advised = [*tiny_args, f"--output-dir={tmp_path / 'again'}", "--lr=0.002", "--checkpoint-every=1steps"]
+    assert run_train(*advised).returncode == 0
+
+
 def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(
     tiny_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_resume import interrupt_at, record_running_accuracy, telling_step
 
 import train
-from {{ cookiecutter.package_name }}.model import ImageClassifier
 
 
 def write_photos(root: Path) -> Path:
@@ -33,22 +31,23 @@ def weights(output_dir: Path) -> dict[str, Any]:
     return ckpt["state_dict"]
 
 
-def test_ctrl_c_mid_epoch_then_resume_ends_with_the_weights_of_an_uninterrupted_folder_run(
+def test_ctrl_c_mid_epoch_then_resume_ends_with_the_weights_and_metrics_of_an_uninterrupted_folder_run(
     tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = write_photos(tmp_path / "data")
     args = [*tiny_args, "--data=folder", f"--data-dir={data}", "--max-epochs=2"]  # 4 steps an epoch
-    train.main([*args, f"--output-dir={tmp_path / 'whole'}"])
+    running = record_running_accuracy(monkeypatch)
+    expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'whole'}"])
+    monkeypatch.undo()
 
-    def ctrl_c_after_step_6(self: ImageClassifier, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.global_step == 6:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(ImageClassifier, "on_train_batch_end", ctrl_c_after_step_6, raising=False)
+    at = telling_step(running)
+    interrupt_at(monkeypatch, at, "ctrl-c")
     with pytest.raises(SystemExit):
         train.main([*args, f"--output-dir={tmp_path / 'stopped'}"])
     monkeypatch.undo()
-    train.main([*args, f"--output-dir={tmp_path / 'stopped'}", "--resume=last"])
+    metrics = train.main([*args, f"--output-dir={tmp_path / 'stopped'}", "--resume=last"])
     expected, got = weights(tmp_path / "whole"), weights(tmp_path / "stopped")
     for name, weight in expected.items():
         assert torch.equal(got[name], weight), name
+    for metric in ("train/loss", "train/acc", "val/loss", "val/acc"):
+        assert metrics[metric] == expected_metrics[metric], f"Ctrl-C after step {at}: {metric}"

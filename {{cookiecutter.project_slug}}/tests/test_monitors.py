@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +16,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from conftest import ROOT, run_train
 
 import train
 from {{ cookiecutter.package_name }} import trainer as trainer_module
@@ -72,3 +79,30 @@ def _counted(
         return function(*args, **kwargs)
 
     return counted
+
+
+def test_after_a_mid_epoch_resume_the_epoch_line_times_this_run_not_the_machine(
+    tiny_args: list[str], tmp_path: Path
+) -> None:
+    """Lightning calls no epoch-start hook when it resumes mid-epoch: the line once said "done in 913 s" (the time
+    since boot) after a run of 26 s."""
+    args = [*tiny_args, "--train-samples=64", "--checkpoint-every=1steps"]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    with subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as first:
+        while first.poll() is None and not (last.exists() and torch.load(last, weights_only=True)["global_step"] >= 3):
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)  # mid-epoch: 8 steps an epoch
+    started = time.monotonic()
+    resumed = run_train(*args, "--resume=last")
+    took = time.monotonic() - started
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [done] = re.findall(r"epoch 1/1 done in (\d+) s, step 8", resumed.stdout)
+    assert int(done) <= took, f"the epoch line says {done} s; the whole resumed run took {took:.0f} s"

@@ -1,4 +1,5 @@
-"""Stopping and resuming: bit-exact continuation, a checkpoint on Ctrl-C and SIGTERM, and only safe checkpoints."""
+"""Stopping and resuming: bit-exact continuation (weights and epoch metrics), a checkpoint on Ctrl-C and SIGTERM, and
+only safe checkpoints."""
 
 from __future__ import annotations
 
@@ -10,12 +11,22 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 import train
+from {{ cookiecutter.package_name }} import hardware
+from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.resume import ResumableLoader, SkippingBatchSampler
+from {{ cookiecutter.package_name }}.trainer import build_trainer
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:
@@ -23,27 +34,55 @@ def last_checkpoint(output_dir: Path) -> dict[str, Any]:
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int, interruption: str) -> None:
-    """Once `step` optimizer steps are done: Ctrl-C, as a user gives it, or a crash that leaves no time to save."""
+    """Ctrl-C during optimizer step `step`, as a user gives it (the run saves once the step is done), or a crash once
+    the step is done, which leaves no time to save."""
+
+    def on_train_batch_start(self: ImageClassifier, batch: Any, batch_idx: int) -> None:
+        if self.global_step == step - 1 and interruption == "ctrl-c":
+            os.kill(os.getpid(), signal.SIGINT)
 
     def on_train_batch_end(self: ImageClassifier, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.global_step == step and interruption == "ctrl-c":
-            os.kill(os.getpid(), signal.SIGINT)
         if self.global_step == step and interruption == "crash":
             raise RuntimeError("crash")
 
+    monkeypatch.setattr(ImageClassifier, "on_train_batch_start", on_train_batch_start)
     monkeypatch.setattr(ImageClassifier, "on_train_batch_end", on_train_batch_end, raising=False)
 
 
-def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of_an_uninterrupted_run(
+def record_running_accuracy(monkeypatch: pytest.MonkeyPatch) -> dict[int, float]:
+    """After every step of the next run: the training accuracy of its epoch so far."""
+    running: dict[int, float] = {}
+
+    def on_train_batch_end(self: ImageClassifier, outputs: Any, batch: Any, batch_idx: int) -> None:
+        running[self.global_step] = float(self.train_acc.compute())
+
+    monkeypatch.setattr(ImageClassifier, "on_train_batch_end", on_train_batch_end, raising=False)
+    return running
+
+
+def telling_step(running: dict[int, float]) -> int:
+    """A step of the second of two 4-step epochs after which the accuracy so far is not the whole epoch's: a run
+    resumed from there reports the epoch's accuracy only if it counts the steps before the resume too."""
+    step = next((step for step in (6, 5, 7) if running[step] != running[8]), None)
+    assert step is not None, f"every step of the last epoch has the epoch's accuracy, so none tells: {running}"
+    return step
+
+
+def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_metrics_of_an_uninterrupted_run(
     tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = [*tiny_args, "--max-epochs=2"]  # 32 samples in batches of 8: 4 steps per epoch, 8 in all
+    running = record_running_accuracy(monkeypatch)
     expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
+    monkeypatch.undo()
     expected = last_checkpoint(tmp_path / "uninterrupted")
+    # The first epoch's count carried into the second would change its train/acc only if the two differ.
+    assert running[8] == expected_metrics["train/acc"] != running[4], running
+    at = telling_step(running)
 
-    # Ctrl-C saves mid-epoch, after step 6; a crash there leaves the checkpoint of the first epoch's end, and a crash
-    # after step 7 with --checkpoint-every 3steps the periodic one of step 6.
-    scenarios = [("ctrl-c", 6, "off", 6), ("crash", 6, "off", 4), ("crash", 7, "3steps", 6)]
+    # Ctrl-C saves mid-epoch, after step `at`; a crash there leaves the checkpoint of the first epoch's end, and a
+    # crash after the next step with --checkpoint-every `at` steps the periodic one of step `at`.
+    scenarios = [("ctrl-c", at, "off", at), ("crash", at, "off", 4), ("crash", at + 1, f"{at}steps", at)]
     for interruption, at_step, every, resumes_from_step in scenarios:
         out = tmp_path / f"{interruption}-{every}"
         interrupt_at(monkeypatch, at_step, interruption)
@@ -61,7 +100,97 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_losses_of
         for name, weight in expected["state_dict"].items():
             assert torch.equal(got["state_dict"][name], weight), f"{interruption}: {name}"
         for metric in ("train/loss", "train/acc", "val/loss", "val/acc", "test/loss"):
-            assert metrics[metric] == expected_metrics[metric], f"{interruption}: {metric}"
+            assert metrics[metric] == expected_metrics[metric], f"{interruption} after step {at_step}: {metric}"
+
+
+class Scorer(L.LightningModule):
+    """A team's own task on the same engine: epoch metrics with sum states (a mean) and list states (an AUROC over
+    every prediction), and validation twice an epoch. Notes the epoch's metrics so far every fourth step, and the
+    validation's at its end."""
+
+    def __init__(self, crash_after: int | None = None) -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 3)
+        self.train_loss, self.train_auroc = MeanMetric(), MulticlassAUROC(3, thresholds=None)
+        self.val_loss, self.val_acc = MeanMetric(), MulticlassAccuracy(3)
+        self.crash_after = crash_after
+        self.running: dict[int, dict[str, float]] = {}
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        logits = self.net(batch[0])
+        loss = F.cross_entropy(logits, batch[1])
+        self.train_loss.update(loss)
+        self.train_auroc.update(logits, batch[1])  # no AUROC of the batch alone, which may lack a class
+        self.log("train/loss", self.train_loss, on_step=False, on_epoch=True)
+        self.log("train/auroc", self.train_auroc, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        logits = self.net(batch[0])
+        self.val_loss.update(F.cross_entropy(logits, batch[1]))
+        self.val_acc.update(logits, batch[1])
+        self.log("val/loss", self.val_loss)
+        self.log("val/acc", self.val_acc)  # what the engine's ModelCheckpoint monitors
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_step % 4 == 0:  # 16 samples or more: every class is in, as an AUROC needs
+            self.running[self.global_step] = {"train/loss": float(self.train_loss.compute())}
+            self.running[self.global_step]["train/auroc"] = float(self.train_auroc.compute())
+        if self.global_step == self.crash_after:
+            raise RuntimeError("crash")
+
+    def on_validation_epoch_end(self) -> None:
+        self.running.setdefault(self.global_step, {})["val/loss"] = float(self.val_loss.compute())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def fit_scorer(scorer: Scorer, output_dir: Path, resume: bool = False) -> dict[str, float]:
+    """Two epochs of 8 steps through build_trainer, as train.py builds it, validating after steps 4 and 8."""
+    data = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    labels = (data[:, :3] + torch.randn(48, 3, generator=torch.Generator().manual_seed(1))).argmax(1)
+    train_set, val_set = TensorDataset(data[:32], labels[:32]), TensorDataset(data[32:], labels[32:])
+    train_loader = ResumableLoader(train_set, batch_sampler=SkippingBatchSampler(SequentialSampler(train_set), 4, True))
+    cfg = Config(
+        accelerator="cpu",
+        precision="32-true",
+        strategy="auto",
+        logger="csv",
+        log_every_n_steps=1,
+        max_epochs=2,
+        output_dir=str(output_dir),
+    )
+    trainer = build_trainer(cfg, hardware.resolve(cfg), val_check_interval=0.5)
+    last = output_dir / "checkpoints" / "last.ckpt"
+    trainer.fit(scorer, train_loader, DataLoader(val_set, batch_size=8), ckpt_path=last if resume else None)
+    return {name: float(value) for name, value in trainer.callback_metrics.items()}
+
+
+def test_a_teams_own_module_resumed_mid_epoch_reports_the_epoch_metrics_of_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    whole = Scorer()
+    expected = fit_scorer(whole, tmp_path / "uninterrupted")
+    running = whole.running
+    # Each comparison below could only pass by chance if the counts it would wrongly mix were alike.
+    for metric in ("train/loss", "train/auroc"):
+        assert len({running[8][metric], running[12][metric], running[16][metric]}) == 3, metric
+    assert running[12]["val/loss"] != running[16]["val/loss"]
+
+    # A crash after step 14 leaves the checkpoint of the validation after step 12: the epoch's training metrics so
+    # far must come back, the validation's must not be added to the next one. A crash after step 10 leaves that of
+    # step 8, the first epoch's end: its counts must not be added to the second epoch's.
+    for crash_after, saved_at in ((14, 12), (10, 8)):
+        out = tmp_path / f"crash-after-{crash_after}"
+        torch.manual_seed(0)
+        with pytest.raises(RuntimeError, match="crash"):
+            fit_scorer(Scorer(crash_after), out)
+        assert last_checkpoint(out)["global_step"] == saved_at
+        got = fit_scorer(Scorer(), out, resume=True)
+        for metric in ("train/loss", "train/auroc", "val/loss", "val/acc"):
+            assert got[metric] == expected[metric], f"resumed from step {saved_at}: {metric}"
 
 
 def test_sigterm_from_outside_saves_a_checkpoint_and_resume_last_continues(

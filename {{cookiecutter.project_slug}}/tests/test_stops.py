@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,8 +28,9 @@ WORKERS = min(2, len(os.sched_getaffinity(0)))
 class Run:
     """`python train.py ARGS` as the leader of a new process group, its output read line by line."""
 
-    def __init__(self, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        extra = env or {}
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
         command = [sys.executable, str(ROOT / "train.py"), *args]
         self.process = subprocess.Popen(
             command,
@@ -79,12 +81,20 @@ def step_of(checkpoint: Path) -> int:
     return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+# An salloc or interactive job: SLURM's variables are there, but Lightning leaves SLURM (and its requeue) out.
+INTERACTIVE = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "interactive", "SLURM_JOB_ID": "4242"}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1])
 def test_a_stop_signal_to_the_process_group_saves_despite_loader_workers_and_resume_continues(
     signum: int, runs: list[Run], tiny_args: list[str], tmp_path: Path
 ) -> None:
-    """`timeout`, `scancel` and a closed terminal signal every process of the job, the loader workers too."""
-    run = Run(*tiny_args, f"--num-workers={WORKERS}", "--max-epochs=1000")
+    """`timeout`, `scancel`, a closed terminal and SLURM's warning signal every process of the job, loader workers too.
+
+    SIGUSR1 is SLURM's warning before a time limit; where Lightning's requeue does not take it, it stops like SIGTERM.
+    """
+    env = INTERACTIVE if signum == signal.SIGUSR1 else None
+    run = Run(*tiny_args, f"--num-workers={WORKERS}", "--max-epochs=1000", env=env)
     runs.append(run)
     run.wait_for("epoch 1/1000  batch 1/4")  # a step is done: the loader workers are up and serving
     run.signal_group(signum)
@@ -155,3 +165,46 @@ def test_a_second_run_in_the_same_output_dir_is_refused_while_the_first_runs(
         "wait for it, or give another --output-dir"
     ]
     assert first.process.poll() is None  # and the first run goes on
+
+
+def test_ddp_stops_together_on_every_group_sigterm_and_resumes(
+    runs: list[Run], tiny_args: list[str], tmp_path: Path
+) -> None:
+    """Both ranks get each SIGTERM; they must agree on one step, save once and exit 143, never hang."""
+    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--train-samples=96", "--max-epochs=1000", "--max-steps=60"]
+    last, saved = tmp_path / "run" / "checkpoints" / "last.ckpt", 0
+    for attempt in range(5):  # 6 steps an epoch, then validation: the signals land in both
+        run = Run(*args, *(["--resume=last"] if last.exists() else []))
+        runs.append(run)
+        run.wait_for("Ctrl-C, SIGTERM or SIGHUP saves")
+        delay = random.uniform(0, 2)
+        time.sleep(delay)
+        run.signal_group(signal.SIGTERM)
+        code, output = run.finish()
+        assert code == 143, f"attempt {attempt}, {delay:.2f} s after the start of training:\n{output[-3000:]}"
+        assert "Traceback" not in output and "stopped by SIGTERM at step" in output, output[-3000:]
+        assert output.count("stopped by SIGTERM") == 1  # rank 0 speaks for the run
+        if last.exists():
+            assert step_of(last) >= saved
+            saved = step_of(last)
+    finished = run_train(*args, "--resume=last")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert step_of(last) == 60
+
+
+def test_a_stop_during_the_final_test_says_so_and_the_command_it_gives_runs_the_test(
+    runs: list[Run], tiny_args: list[str]
+) -> None:
+    run = Run(*tiny_args, "--train-samples=4000", "--max-steps=2")  # 800 test images: 100 batches to stop in
+    runs.append(run)
+    run.wait_for("Loaded model weights from the checkpoint at")  # the test stage has begun
+    run.signal_group(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]  # not 0: a scheduler must not record a finished job
+    assert "Traceback" not in output
+    [line] = [line for line in output.splitlines() if line.startswith("stopped by SIGTERM during the final test")]
+    python, script, *args = line.split("Test it with: ")[1].split()
+    assert (python, script) == ("python", "train.py")
+    tested = run_train(*args)
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "test/acc=" in tested.stdout

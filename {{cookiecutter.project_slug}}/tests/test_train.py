@@ -29,6 +29,7 @@ def test_a_log_file_gets_the_hardware_first_plain_progress_lines_and_epoch_summa
     lines = result.stdout.splitlines()
     assert lines[0].startswith("hardware: cpu x1 | precision=32-true")  # before Lightning's banners
     assert "litlogger" not in result.stdout + result.stderr and "💡" not in result.stdout + result.stderr
+    assert "LeafSpec" not in result.stderr, "known third-party deprecation noise (quiet.py) is silenced"
     for epoch in (1, 2):  # a line once the first step is done, whatever the pace, and one when the epoch ends
         assert any(line.startswith(f"epoch {epoch}/2  batch 1/4  step {4 * epoch - 3}  train/loss=") for line in lines)
         summary = next(line for line in lines if line.startswith(f"epoch {epoch}/2 done in "))

@@ -1,7 +1,7 @@
 """Export a trained classifier as one graph (inference.ServingModel) and prove it computes what PyTorch does.
 
-The file is written under a temporary name beside the output, run on images it was not traced with (another batch
-size, another image size), compared with the PyTorch model, and only then renamed into place.
+The file is written under a hidden partial name beside the output (files.py), run on images it was not traced with
+(another batch size, another image size), compared with the PyTorch model, and only then renamed into place.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -18,8 +16,8 @@ import torch
 from torch import Tensor
 
 from .config import ConfigError, ExportConfig
+from .files import OutputBusyError, discard, open_partial, publish
 from .inference import ServingModel
-from .predictions import publish
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}
 # The class of each logit, as a JSON list, inside the file: ONNX metadata_props, or an extra file of the .pt2 archive.
@@ -101,8 +99,11 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
     example, checks = sample_batches(serving)
     with torch.no_grad():
         expected = [serving(b) for b in checks]
-    handle, temp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=SUFFIXES[cfg.format])
-    os.close(handle)
+    try:
+        lock = open_partial(path.resolve(), SUFFIXES[cfg.format])  # the exporters want their own suffix
+    except OutputBusyError as err:
+        raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
+    temp = lock.name
     try:
         writer = _export_onnx if cfg.format == "onnx" else _export_program
         got = writer(serving, example, checks, Path(temp))
@@ -113,6 +114,6 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
                 f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
             )
         publish(Path(temp), path)
-    finally:
-        Path(temp).unlink(missing_ok=True)
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (stops.py): nothing half-written stays
+        discard(lock)
     return path, diff, bound

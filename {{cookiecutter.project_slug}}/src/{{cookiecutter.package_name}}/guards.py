@@ -19,12 +19,13 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .cli import fail
 from .config import Config, ConfigError
 from .resume import StopOnSignal
-from .saving import CheckpointSpaceError
+from .saving import CheckpointSpaceError, NonFiniteWeightsError, non_finite_tensors
 
 TRAINING_KEYS = ("state_dict", "global_step", "loops", "optimizer_states")  # what `fit(ckpt_path=...)` reads
 
@@ -144,6 +145,11 @@ class FiniteLossGuard(Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._check(trainer)
+        # A save due at this very step can come before this step's loss is looked at (the callbacks' order), so the
+        # weights themselves are checked too, on every rank, and all refuse together
+        bad = non_finite_tensors(checkpoint["state_dict"])
+        if trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
+            raise NonFiniteWeightsError(trainer.global_step, bad or ["on another rank"])
 
     def _check(self, trainer: L.Trainer) -> None:
         step = -1 if self._first_bad is None else int(self._first_bad.item())
@@ -173,12 +179,14 @@ def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDat
         yield
     except ConfigError as err:
         fail(str(err))
-    except NonFiniteLossError as err:
+    except (NonFiniteLossError, NonFiniteWeightsError) as err:
         last = Path(cfg.output_dir, "checkpoints", "last.ckpt")
         kept = f"the last good checkpoint {last} is untouched" if last.is_file() else "no checkpoint was written"
+        # A fresh start: a resumed run would continue the saved optimizer and schedule
         fail(
-            f"{err}; {kept}. Try a lower --lr (now {cfg.lr:g}), --gradient-clip-val 1.0, "
-            "and --precision bf16-mixed instead of 16-mixed (fp16 overflows where bf16 does not)",
+            f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
+            "--gradient-clip-val 1.0, and --precision bf16-mixed rather than 16-mixed (fp16 overflows where bf16 "
+            "does not)",
             code=1,
         )
     except torch.OutOfMemoryError:
@@ -201,7 +209,15 @@ def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDat
         signum = (stop.signum if stop else None) or (
             signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
         )
-        if trainer.is_global_zero:
+        name = signal.Signals(signum).name
+        if trainer.is_global_zero and trainer.state.fn == TrainerFn.TESTING:
+            config = Path(cfg.output_dir, "config.yaml")
+            print(
+                f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
+                f"Test it with: python train.py --config {config} --resume last",
+                file=sys.stderr,
+            )
+        elif trainer.is_global_zero:
             saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
-            print(f"stopped by {signal.Signals(signum).name} at step {trainer.global_step}: {saved}", file=sys.stderr)
+            print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
         raise SystemExit(128 + signum) from None

@@ -99,6 +99,7 @@ class PlainProgress(ProgressBar):
         self.every_n_steps, self.min_seconds = every_n_steps, min_seconds
         self.enabled = True
         self.last_line = self.epoch_started = 0.0
+        self.first_batch: int | None = None  # of this process in this epoch: a resumed epoch starts mid-way
 
     def disable(self) -> None:
         self.enabled = False
@@ -115,17 +116,21 @@ class PlainProgress(ProgressBar):
         of = f"/{trainer.max_epochs}" if trainer.max_epochs not in (None, -1) else ""
         return f"epoch {trainer.current_epoch + 1}{of}"
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.on_train_epoch_start(trainer, pl_module)  # Lightning skips the epoch start when resuming mid-epoch
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_started, self.last_line = time.monotonic(), 0.0
+        self.epoch_started, self.last_line, self.first_batch = time.monotonic(), 0.0, None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
+        self.first_batch = batch_idx if self.first_batch is None else self.first_batch
         if step % self.every_n_steps or (self.last_line and time.monotonic() - self.last_line < self.min_seconds):
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        rate = (batch_idx + 1) / max(time.monotonic() - self.epoch_started, 1e-9)
+        rate = (batch_idx + 1 - self.first_batch) / max(time.monotonic() - self.epoch_started, 1e-9)
         shown = f"  train/loss={float(loss):.4f}" if isinstance(loss, torch.Tensor) else ""
         total = self.total_train_batches
         batches = f"{batch_idx + 1}/{total}" if isinstance(total, int) else str(batch_idx + 1)

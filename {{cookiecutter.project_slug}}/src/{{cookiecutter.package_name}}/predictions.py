@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import IO
 
 from .config import ConfigError
 from .data import IMAGE_SUFFIXES
+from .files import OutputBusyError, open_partial, publish
 
 
 class InputError(ValueError):
@@ -55,36 +54,24 @@ def collect_images(inputs: Sequence[str]) -> list[Path]:
 
 
 def open_output(output: str) -> IO[str]:
-    """A hidden temporary file beside `output`, opened now so that an unwritable place fails before any work.
-
-    `commit` renames it to `output` when every row is in; `discard` removes it. No half-written file ever stays."""
-    folder = Path(output).resolve().parent
-    if not folder.is_dir():
-        raise ConfigError("output", f"folder {folder} does not exist; create it or give a path in an existing one")
-    try:
-        return tempfile.NamedTemporaryFile(
-            "w", dir=folder, prefix=f".{Path(output).name}.", suffix=".tmp", delete=False, newline=""
+    """The hidden partial file beside `output` (files.py), opened now so that an unwritable place fails before any
+    work. `commit` renames it to `output` when every row is in; `files.discard` removes it."""
+    final = Path(output).resolve()
+    if not final.parent.is_dir():
+        raise ConfigError(
+            "output", f"folder {final.parent} does not exist; create it or give a path in an existing one"
         )
+    try:
+        return open_partial(final)
+    except OutputBusyError as err:
+        raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
     except OSError as err:
-        raise ConfigError("output", f"cannot write in {folder} ({err.strerror}); give a writable place") from None
-
-
-def discard(handle: IO[str]) -> None:
-    handle.close()
-    Path(handle.name).unlink(missing_ok=True)
+        raise ConfigError("output", f"cannot write in {final.parent} ({err.strerror}); give a writable place") from None
 
 
 def commit(handle: IO[str], output: str) -> None:
     handle.close()
     publish(Path(handle.name), Path(output))
-
-
-def publish(temp: Path, final: Path) -> None:
-    """Rename a finished temporary file into place, with the permissions a plain open() would have given it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    temp.chmod(0o666 & ~umask)  # temporary files are created private (0600)
-    os.replace(temp, final)
 
 
 Row = tuple[str, list[tuple[str, float]]]  # path, then (class, probability) for the top k, most probable first

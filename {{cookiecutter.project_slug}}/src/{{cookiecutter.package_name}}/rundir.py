@@ -1,21 +1,26 @@
 """The output directory: usable before anything starts, and used by one run at a time.
 
 Two runs writing to one directory would overwrite each other's `last.ckpt` and `config.yaml` without a word. A run
-that starts where another left a checkpoint must say `--resume` (continue it) or get another `--output-dir`; two runs
-at once are kept apart by a lock that the operating system drops when its process ends, however it ends.
+that starts where another left a checkpoint (`last.ckpt` or SLURM's `hpc_ckpt_N.ckpt`) must say `--resume` (continue
+it) or get another `--output-dir`; two runs at once are kept apart by a lock that the operating system drops when its
+process ends, however it ends. Only the job's global rank 0 takes the lock: every node has a first process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from .cli import fail
 from .config import Config, ConfigError
+from .saving import out_of_space
 
 
 def check_output_dir(cfg: Config) -> None:
@@ -33,33 +38,58 @@ def check_output_dir(cfg: Config) -> None:
     except OSError as err:
         raise ConfigError("output_dir", f"cannot write in {existing} ({err.strerror}); choose a writable one") from None
     last = path / "checkpoints" / "last.ckpt"
-    if cfg.resume is None and last.exists():
+    preempted = sorted(path.glob("hpc_ckpt_*.ckpt"))  # SLURM's pre-emption saves: Lightning resumes them unasked
+    if cfg.resume is None and (preempted or last.exists()):
+        held, how = (preempted[-1], "--resume auto") if preempted else (last, "--resume last")
         raise ConfigError(
-            "output_dir",
-            f"{path} already holds a run ({last}); continue it with --resume last, or give another --output-dir",
+            "output_dir", f"{path} already holds a run ({held}); continue it with {how}, or give another --output-dir"
         )
+
+
+def _no_space(path: Path, created: list[Path], err: OSError) -> NoReturn:
+    """A full disk at the run's first writes: one line, and the folders this run made are removed again."""
+    if not out_of_space(err):
+        raise err
+    (path / ".lock").unlink(missing_ok=True)
+    for folder in created:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    fail(f"--output-dir: no space left in {path}; free some, or give another --output-dir")
 
 
 @contextmanager
 def hold_output_dir(cfg: Config, is_global_zero: bool) -> Iterator[None]:
-    """Holds `<output-dir>/.lock` for the run (rank 0 only: the other ranks belong to the same run)."""
+    """Holds `<output-dir>/.lock` for the run (global rank 0 only: the other ranks belong to the same run)."""
     if not is_global_zero:
         yield
         return
     path = Path(cfg.output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    with open(path / ".lock", "a+") as lock:
+    created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first, for removal
+    try:  # the run's first writes: a full disk shows here, before anything else is started
+        path.mkdir(parents=True, exist_ok=True)
+        lock = open(path / ".lock", "a+b", buffering=0)  # noqa: SIM115 - unbuffered: a failed write stays failed
+    except OSError as err:
+        _no_space(path, created, err)
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
-            holder = lock.read().strip() or "unknown"
+            holder = lock.read().decode(errors="replace").strip() or "unknown"
             fail(f"--output-dir: another run (pid {holder}) is using {path}; wait for it, or give another --output-dir")
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
+        except OSError as err:  # Lustre without -o flock, some NFS: the run works, only unguarded
+            warnings.warn(
+                f"cannot lock {path / '.lock'} on this filesystem ({err.strerror}): nothing keeps a second run out "
+                "of this --output-dir while this one runs",
+                stacklevel=2,
+            )
+        try:
+            lock.truncate(0)
+            lock.write(str(os.getpid()).encode())
+        except OSError as err:
+            _no_space(path, created, err)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                fcntl.flock(lock, fcntl.LOCK_UN)

@@ -34,6 +34,32 @@ class CheckpointSpaceError(OSError):
         self.path, self.needed = path, needed
 
 
+class NonFiniteWeightsError(RuntimeError):
+    """A checkpoint about to be written holds nan or inf weights: written, it would replace the last good one."""
+
+    def __init__(self, step: int, names: list[str]) -> None:
+        super().__init__(f"the weights became nan or inf at step {step} ({len(names)} tensors, e.g. {names[0]})")
+
+
+def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
+    """The names of the floating-point tensors (weights and buffers) that hold a nan or inf."""
+    return [
+        name
+        for name, tensor in state_dict.items()
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+
+
+def out_of_space(err: BaseException | None) -> bool:
+    """A full disk or quota, also where it only shows as the cause of another error: torch's zip writer answers
+    ENOSPC with `RuntimeError: ... unexpected pos`."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def tensor_bytes(tree: Any) -> int:
     """The bytes of all tensors in a nested checkpoint: close to its size on disk."""
     if isinstance(tree, torch.Tensor):
@@ -60,7 +86,7 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
         os.replace(partial, path)
     except BaseException as err:
         partial.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        if out_of_space(err):
             raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
         raise
     directory = os.open(path.parent, os.O_RDONLY)
@@ -71,9 +97,17 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO for local paths, with `atomic_torch_save` for writing."""
+    """Lightning's checkpoint IO: never writes non-finite weights, and uses `atomic_torch_save` for local paths.
+
+    Every save passes here, whichever callback asks for it and in whatever order the callbacks run, so this is where
+    a nan in the weights is refused. (Under DDP only rank 0 comes here; `guards.FiniteLossGuard` makes all ranks
+    refuse together before, so none is left waiting for the others.)
+    """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:
+            raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad)
         if storage_options is not None or "://" in str(path):  # remote storage: Lightning's fsspec path
             super().save_checkpoint(checkpoint, path, storage_options)
             return

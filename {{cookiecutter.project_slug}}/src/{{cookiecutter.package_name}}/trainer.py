@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRa
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.environments import (
     ClusterEnvironment,
+    LightningEnvironment,
     LSFEnvironment,
     MPIEnvironment,
     SLURMEnvironment,
@@ -25,6 +26,7 @@ from torch import nn
 from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
+from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress
 from .resume import ExactResume, StopOnSignal
 from .saving import AtomicCheckpointIO, PeriodicCheckpoint
@@ -52,6 +54,21 @@ def build_cluster_environments() -> list[ClusterEnvironment]:
     if SLURMEnvironment.detect() and not TorchElasticEnvironment.detect():
         return [SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)]
     return []
+
+
+def launched_as_global_zero() -> bool:
+    """Whether this process will be global rank 0, read from the launcher's environment before any process group.
+
+    Lightning's `rank_zero_only.rank` is 0 on the first process of every node under a bare NODE_RANK launch, so it
+    cannot pick the one process that locks a shared --output-dir. This asks the cluster environment that Lightning
+    itself will choose (in its order); its own environment numbers processes by NODE_RANK (or GROUP_RANK) and
+    LOCAL_RANK, which it sets for the processes it starts.
+    """
+    for env_type in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment):
+        if env_type.detect():
+            return env_type().global_rank() == 0
+    env = LightningEnvironment()
+    return env.node_rank() == 0 and env.local_rank() == 0
 
 
 def check_launcher(cfg: Config) -> None:
@@ -112,8 +129,9 @@ def build_callbacks(cfg: Config) -> list[Callback]:
         ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
         # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
         PeriodicCheckpoint(checkpoints / "last.ckpt", every_steps, every_seconds, cfg.log_every_n_steps),
-        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C, SIGTERM or SIGHUP, mid-epoch
+        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
         ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
+        MetricStateResume(),  # and the epoch metrics it would report (the counts so far, on every rank)
         FiniteLossGuard(every_n_steps=cfg.log_every_n_steps),  # and never with the weights a nan loss left
         LearningRateMonitor(logging_interval="step"),
         # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)

@@ -1,0 +1,43 @@
+"""Ctrl-C, SIGTERM and SIGHUP for the entry points that do not train: predict.py and export.py stop at once, remove
+what they had half-written, and exit with 128 + the signal's number, as a shell and a scheduler expect.
+
+Unlike training, there is nothing to save: the work is repeated by running the same command again.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from .resume import STOP_SIGNALS
+
+
+class Stopped(BaseException):  # a BaseException, as KeyboardInterrupt is: `except Exception` must not swallow it
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+def _install() -> dict[int, Any]:
+    return {signum: signal.signal(signum, _raise) for signum in STOP_SIGNALS}
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+@contextmanager
+def raising_on_stop_signals() -> Iterator[None]:
+    previous = _install()
+    try:
+        yield
+    finally:
+        _restore(previous)
