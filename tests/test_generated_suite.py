@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import bake, run
 
-REPRESENTATIVE = {
-    "defaults": {},
-    "fp16-fsdp-csv": {"precision": "16-mixed", "strategy": "fsdp", "logger": "csv"},
-    "fp32-eager-nchw-mlflow": {"precision": "32-true", "compile": "no", "channels_last": "no", "logger": "mlflow"},
-}
+# Bakes whose GPU defaults differ from the defaults bake's.
+FP16_FSDP_CSV = {"precision": "16-mixed", "strategy": "fsdp", "logger": "csv"}
+FP32_EAGER_NCHW_MLFLOW = {"precision": "32-true", "compile": "no", "channels_last": "no", "logger": "mlflow"}
 
 
 # Minute-long files whose runs pin every flag a bake's answers set a default for (accelerator, precision, strategy,
@@ -31,21 +29,50 @@ ANSWER_INDEPENDENT = [
     "test_data.py",
     "test_finetune.py",
     "test_fsdp_layout.py",
+    "test_multinode.py",
+    "test_metric_state.py",
+    "test_tool_stops.py",
+    "test_full_disk.py",
+    "test_validation_stop.py",
+    "test_inputs.py",
+    "test_resume_changes.py",
     "gpu",  # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
 ]
 
 
+# The defaults bake's own suite is the longest single test: its stop-and-resume files run as a test of their own, so
+# the two halves share the two CI cores instead of one of them running both.
+STOPS_AND_RESUMES = [
+    "test_stops.py",
+    "test_checkpoints.py",
+    "test_resume.py",
+    "test_resume_changes.py",
+    "test_distributed.py",
+    "test_multinode.py",
+    "test_validation_stop.py",
+    "test_full_disk.py",
+]
+SUITES = {  # id: (answers, test files to leave out, minutes on 2 busy cores: conftest.py deals long tests by it)
+    "defaults": ({}, STOPS_AND_RESUMES, 6),
+    "defaults-stops-and-resumes": ({}, None, 6),
+    "fp16-fsdp-csv": (FP16_FSDP_CSV, ANSWER_INDEPENDENT, 3),
+    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, ANSWER_INDEPENDENT, 3),
+}
+
+
 @pytest.mark.parametrize(
-    "answers",
-    # minutes: on 2 busy cores (conftest.py deals the long tests to xdist workers by it)
-    [pytest.param(a, id=k, marks=pytest.mark.suite(minutes=11 if not a else 3)) for k, a in REPRESENTATIVE.items()],
+    ("answers", "left_out"),
+    [pytest.param(a, out, id=k, marks=pytest.mark.suite(minutes=m)) for k, (a, out, m) in SUITES.items()],
 )
-def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str]) -> None:
+def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str], left_out: list[str] | None) -> None:
     project = bake(tmp_path, **answers)
-    for name in ANSWER_INDEPENDENT:
-        assert (project / "tests" / name).exists(), f"{name} is gone: update ANSWER_INDEPENDENT"
-    skip = [f"--ignore=tests/{name}" for name in ANSWER_INDEPENDENT] if answers else []
-    result = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, cwd=project, timeout=1200)
+    for name in ANSWER_INDEPENDENT + STOPS_AND_RESUMES:
+        assert (project / "tests" / name).exists(), f"{name} is gone: update ANSWER_INDEPENDENT or STOPS_AND_RESUMES"
+    only = [f"tests/{name}" for name in STOPS_AND_RESUMES] if left_out is None else []
+    skip = [f"--ignore=tests/{name}" for name in left_out or []]
+    result = run(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=1200
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
 

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
+    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
 
-    silence_known_noise()
+    set_up_warnings()
     main()

@@ -7,7 +7,6 @@ the network; it gives one logit per class. It is checked against PyTorch before 
 from __future__ import annotations
 
 import importlib
-import sys
 
 from {{ cookiecutter.package_name }}.cli import fail, parse_options
 from {{ cookiecutter.package_name }}.config import ConfigError, ExportConfig
@@ -56,13 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
-    from {{ cookiecutter.package_name }}.stops import Stopped, raising_on_stop_signals
+    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.stops import run_stoppable
 
-    silence_known_noise()
-    try:
-        with raising_on_stop_signals():
-            main()
-    except Stopped as stop:  # the partial file is already removed
-        print(f"export.py: stopped by {stop}; nothing written, run the same command again", file=sys.stderr)
-        raise SystemExit(128 + stop.signum) from None
+    set_up_warnings()
+    run_stoppable(main, "export.py", "nothing written")

@@ -6,9 +6,7 @@ resolved hardware as train.py, with the validation decoding and crop; the checkp
 
 from __future__ import annotations
 
-import sys
 import time
-import warnings
 from typing import Any
 
 from {{ cookiecutter.package_name }}.cli import fail, parse_options
@@ -92,16 +90,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
-    from {{ cookiecutter.package_name }}.stops import Stopped, raising_on_stop_signals
+    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.stops import run_stoppable
 
-    silence_known_noise()
-    # Lightning's SIGTERM handler for predict only takes note, and calls the one it found: ours, which stops.
-    # One line per warning ("warning: skipping unreadable image PATH: why"), set before the loader workers start.
-    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
-    try:
-        with raising_on_stop_signals():
-            main()
-    except Stopped as stop:  # main has removed its partial output
-        print(f"predict.py: stopped by {stop}; no output written, run the same command again", file=sys.stderr)
-        raise SystemExit(128 + stop.signum) from None
+    set_up_warnings()
+    # Lightning's SIGTERM handler for predict only takes note, then calls the one it found: ours, which stops.
+    run_stoppable(main, "predict.py", "no output written")

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     from {{ cookiecutter.package_name }} import hardware
     from {{ cookiecutter.package_name }}.data import ImageDataModule
-    from {{ cookiecutter.package_name }}.guards import check_checkpoint, check_enough_data
+    from {{ cookiecutter.package_name }}.guards import check_checkpoint, check_enough_data, check_same_network
     from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
+    from {{ cookiecutter.package_name }}.resume_changes import RunRecord, check_changes, keep_batch_size
     from {{ cookiecutter.package_name }}.trainer import build_trainer, check_launcher, launched_as_global_zero
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         hw = hardware.resolve(cfg)
         check_launcher(cfg)
         ckpt = resume_path(cfg)
+        # Read before the data and the model are built: an option the checkpoint refuses must download nothing
+        saved: dict[str, Any] = check_checkpoint(Path(ckpt)) if ckpt is not None else {}
+        notes = keep_batch_size(cfg, saved) if ckpt is not None else []
         datamodule = ImageDataModule(
             data=cfg.data,
             data_dir=cfg.data_dir,
@@ -57,9 +61,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             seed=cfg.seed,
             decode=hw.decode,
         )
+        if ckpt is not None:
+            images = len(datamodule.samples["train"][0]) if cfg.data == "folder" else None
+            notes += check_changes(saved, cfg, hw.world_size, datamodule.classes, images)
         model = ImageClassifier.from_config(cfg, hw, datamodule.classes)
         datamodule.crop_pct = float(model.hparams.get("crop_pct", datamodule.crop_pct))  # eval crop = the model's
-        saved: dict[str, Any] = check_checkpoint(Path(ckpt), model) if ckpt is not None else {}
+        if ckpt is not None:
+            check_same_network(Path(ckpt), saved, model, "resume")
         if cfg.data != "cifar10":  # cifar10 (45,000 images) may not be downloaded yet
             check_enough_data(datamodule, cfg.batch_size, hw.world_size)
     except ConfigError as err:
@@ -68,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with hold_output_dir(cfg, rank_zero):  # one run at a time in an --output-dir
         if rank_zero:
             print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+            for note in notes:  # the options changed on resume, and what is done with each
+                print(f"resume: {note}", flush=True)
         hardware.apply_backend_flags(cfg)
         if cfg.profile:
             from {{ cookiecutter.package_name }}.profiling import profile
@@ -75,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
         logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
         trainer = build_trainer(cfg, hw, wrap=block_types(model.net), logger_version=logger_version)
+        trainer.callbacks.append(RunRecord(cfg, hw.world_size))  # type: ignore[attr-defined]  # for a later --resume
         return _fit_and_test(cfg, hw, trainer, model, datamodule, ckpt)
 
 
@@ -119,9 +130,9 @@ def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: An
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import silence_known_noise
+    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
 
-    silence_known_noise()
+    set_up_warnings()
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save

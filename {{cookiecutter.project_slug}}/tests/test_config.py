@@ -7,7 +7,7 @@ import pytest
 from conftest import run_train
 
 from {{ cookiecutter.package_name }}.cli import parse_args
-from {{ cookiecutter.package_name }}.config import Config, ConfigError, parse_every
+from {{ cookiecutter.package_name }}.config import Config, ConfigError, ExportConfig, PredictConfig, parse_every
 
 
 def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
@@ -116,3 +116,12 @@ def test_help_text_with_a_percent_sign_reads_as_written() -> None:
 )
 def test_checkpoint_every_reads_time_and_steps(every: str, expected: tuple[int | None, float | None]) -> None:
     assert parse_every(parse_args(["--checkpoint-every", every]).checkpoint_every) == expected
+
+
+def test_predict_and_export_paths_with_a_name_over_255_bytes_name_their_flag() -> None:
+    """train.py's --output-dir and --data-dir are checked end to end in test_inputs.py; these share the check."""
+    long = "x" * 256
+    with pytest.raises(ConfigError, match=r"^--output: xxx.* 256-byte name, the limit is 255"):
+        PredictConfig(checkpoint="last.ckpt", output=f"{long}/p.csv")
+    with pytest.raises(ConfigError, match=r"^--checkpoint: "):
+        ExportConfig(checkpoint=f"{long}.ckpt")

@@ -84,6 +84,18 @@ def test_every_readable_format_becomes_8bit_rgb_and_the_rest_raise() -> None:
     assert png16.shape == (3, 30, 40) and 200 < int(png16.max()) <= 255, "16-bit scaled to 8 bits, not truncated"
 
 
+@pytest.mark.parametrize("torchcodec", [True, False], ids=["torchcodec", "torchvision"])
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP"])
+def test_an_animation_decodes_to_its_first_frame_with_either_decoder(
+    monkeypatch: pytest.MonkeyPatch, fmt: str, torchcodec: bool
+) -> None:
+    """train.py and predict.py on animations are in test_inputs.py; here both decoders, torchvision's included."""
+    monkeypatch.setattr(decoding, "torchcodec_available", lambda: torchcodec)
+    frames = [Image.new("RGB", (10, 12), (v, 255 - v, 90)) for v in (30, 220, 120)]
+    image = decode_rgb(encode(frames[0], fmt, save_all=True, append_images=frames[1:], duration=100, loop=0))
+    assert image.shape == (3, 12, 10) and image[:, 6, 5].tolist() == pytest.approx([30, 225, 90], abs=8)
+
+
 def test_only_complete_three_channel_jpegs_go_to_the_gpu_decoder() -> None:
     chosen = {name for name, data in samples().items() if gpu_decodable(data)}
     assert chosen == {"jpeg"}

@@ -84,16 +84,26 @@ def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
     """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        fail(f"--config: cannot read {path}: {str(err).splitlines()[0]}")
+    except OSError as err:
+        fail(f"--config: cannot read {path}: {err.strerror or err}")
+    except (UnicodeDecodeError, yaml.reader.ReaderError):  # e.g. a .ckpt given by mistake
+        fail(f"--config: {path} is a binary file, not YAML; give a text file of option: value lines")
+    except yaml.MarkedYAMLError as err:
+        where = f"{path}:{err.problem_mark.line + 1}:{err.problem_mark.column + 1}" if err.problem_mark else path
+        fail(f"--config: {where}: {err.problem or err.context} (not valid YAML)")
     if not isinstance(data, dict):
         fail(f"--config: {path} must hold a mapping of option: value")
     hints = typing.get_type_hints(schema)
+    defaults = {f.name: f.default for f in dataclasses.fields(schema)}
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in hints:
             fail(f"--config: unknown key {key!r} in {path}; valid keys: {', '.join(hints)}")
+        optional = type(None) in typing.get_args(hints[name])
+        if (value is None and not optional) or isinstance(value, list | dict):
+            given = "has no value" if value is None else "holds a list or mapping"
+            fail(f"--config: key {key!r} in {path} {given}; give one value, or delete the line for {defaults[name]!r}")
         if value is None or (hints[name] is float and isinstance(value, int) and not isinstance(value, bool)):
             values[name] = value
             continue

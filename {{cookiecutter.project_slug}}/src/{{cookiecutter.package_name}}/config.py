@@ -10,6 +10,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PRECISIONS = ("auto", "bf16-mixed", "16-mixed", "32-true")
@@ -20,6 +21,7 @@ FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 DATA_SOURCES = ("synthetic", "cifar10", "folder")
 DECODERS = ("auto", "cpu", "gpu")
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage sees less than a pixel
+NAME_MAX, PATH_MAX = 255, 4095  # bytes in a file or folder name, and in a whole path, on Linux
 LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
 
 
@@ -119,6 +121,8 @@ class Config:
             if f.metadata["choices"] and value not in f.metadata["choices"]:
                 raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
         parse_devices(self.devices)
+        for name in ("data_dir", "output_dir", "resume", "pretrained"):
+            check_path(name, getattr(self, name))
         positive = ("num_nodes", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
         for name in (*positive, "log_every_n_steps"):
             if getattr(self, name) < 1:
@@ -155,6 +159,16 @@ class Config:
         if self.weight_decay < 0 or self.gradient_clip_val < 0:
             bad = "weight_decay" if self.weight_decay < 0 else "gradient_clip_val"
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
+
+
+def check_path(option: str, value: str | None) -> None:
+    """Refuse a path the filesystem would refuse ("File name too long") only once some folders were made."""
+    name = max((os.fsencode(part) for part in Path(value or "").parts), key=len, default=b"")
+    if len(name) > NAME_MAX:
+        shown = f"{name[:24].decode(errors='replace')}..."
+        raise ConfigError(option, f"{shown} is a {len(name)}-byte name, the limit is {NAME_MAX}; give shorter names")
+    if len(os.fsencode(os.path.abspath(value or "."))) > PATH_MAX:
+        raise ConfigError(option, f"the full path is over the limit of {PATH_MAX} bytes; give a shorter one")
 
 
 def parse_every(text: str) -> tuple[int | None, float | None]:
@@ -247,6 +261,8 @@ class PredictConfig:
         self.inputs = tuple(self.inputs)
         if not self.checkpoint:
             raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        for name in ("checkpoint", "output"):
+            check_path(name, getattr(self, name))
         if not self.output.endswith(OUTPUT_SUFFIXES):
             raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
         for name in ("top_k", "batch_size"):
@@ -274,5 +290,7 @@ class ExportConfig:
         _check_choices(self)
         if not self.checkpoint:
             raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
+        for name in ("checkpoint", "output"):
+            check_path(name, getattr(self, name))
         if not self.tolerance > 0:
             raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")

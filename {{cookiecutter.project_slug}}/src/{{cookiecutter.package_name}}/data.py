@@ -6,6 +6,7 @@ loader from being the bottleneck.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,14 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import torchvision
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
-from torchvision.datasets.folder import make_dataset
 
 from .config import ConfigError
 from .hardware import worker_options
 from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
-from .sources import CIFAR10_CLASSES, SHAPES, make_shapes, read_cifar10
+from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
 from .transforms import (
     CROP_PCT,
     ImageFiles,
@@ -36,10 +37,10 @@ from .transforms import (
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what transforms.decode_rgb reads
 Batch = tuple[Tensor, Tensor]
 __all__ = [
     "CIFAR10_CLASSES",
+    "IMAGE_SUFFIXES",
     "MEAN",
     "SHAPES",
     "STD",
@@ -50,26 +51,40 @@ __all__ = [
 ]
 
 
-def _is_image(path: str) -> bool:
-    return path.lower().endswith(IMAGE_SUFFIXES)
+def image_folders(root: Path, classes: list[str], mode: str) -> dict[str, tuple[list[str], list[int]]]:
+    """Each split's (paths, labels): a class's images are those in its folder at any depth.
 
-
-def check_image_folders(root: Path, classes: list[str]) -> None:
-    """Refuse at start what ImageFolder would fail on mid-run, or silently mislabel: mismatched or empty classes."""
+    Refuses at start what would fail mid-run or silently mislabel: class folders unlike train/'s, a class without
+    images, a split of which no image can be read."""
     splits = [split for split in ("train", "val", "test") if (root / split).is_dir()]
     for split in splits[1:]:
         found = sorted(p.name for p in (root / split).iterdir() if p.is_dir())
         if found != classes:
             raise ConfigError("data_dir", f"{root}/{split}/ has class folders {found}, but train/ has {classes}")
-    for folder in (root / split / name for split in splits for name in classes):
-        if not any(_is_image(str(p)) for p in folder.iterdir()):
-            raise ConfigError("data_dir", f"no images in {folder}/; each class needs some {'/'.join(IMAGE_SUFFIXES)}")
-
-
-def image_files(root: Path, classes: list[str], mode: str, max_side: int) -> ImageFiles:
-    """The `class_name/image.jpg` files under root, labelled by the class's place in `classes`."""
-    samples = make_dataset(str(root), {name: i for i, name in enumerate(classes)}, is_valid_file=_is_image)
-    return ImageFiles([p for p, _ in samples], [label for _, label in samples], mode=mode, max_side=max_side)
+    samples, loops = {}, []
+    for split in splits:
+        paths, labels = [], []
+        for label, name in enumerate(classes):
+            images, skipped = list_images(root / split / name)
+            if not images:
+                kinds = "/".join(IMAGE_SUFFIXES)
+                raise ConfigError("data_dir", f"no images in {root / split / name}/ or its subfolders; add {kinds}")
+            paths += images
+            labels += [label] * len(images)
+            loops += skipped
+        if not ImageFiles(paths, labels, mode=mode).readable():
+            raise ConfigError(
+                "data_dir",
+                f"none of the {len(paths)} images in {root / split}/ can be read (e.g. {paths[0]}); "
+                "each split needs readable JPEG, PNG, WebP or GIF files",
+            )
+        samples[split] = (paths, labels)
+    if loops:
+        rank_zero_warn(
+            f"{len(loops)} folders under {root} are symlinks back into folders already listed or above them (e.g. "
+            f"{loops[0]} -> {os.path.realpath(loops[0])}); each image is used once"
+        )
+    return samples
 
 
 def random_crop_flip(x: Tensor, pad: int) -> Tensor:
@@ -108,6 +123,8 @@ class ImageDataModule(L.LightningDataModule):
         self.root = Path(data_dir)
         self.crop_pct = crop_pct
         self.datasets: dict[str, TensorDataset | ImageFiles] = {}
+        self.samples: dict[str, tuple[list[str], list[int]]] = {}
+        self.cifar10: dict[str, tuple[Tensor, Tensor]] = {}
         if data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
                 raise ConfigError(
@@ -119,7 +136,9 @@ class ImageDataModule(L.LightningDataModule):
         if len(self.classes) < 2:
             raise ConfigError("data_dir", f"{self.root}/train/ needs at least 2 class folders, found {self.classes}")
         if data == "folder":
-            check_image_folders(self.root, self.classes)
+            self.samples = image_folders(self.root, self.classes, "bytes" if decode == "gpu" else "decoded")
+        if data == "cifar10" and (self.root / "cifar-10-batches-py").is_dir():
+            self._read_cifar10()  # now, so that a damaged copy is told before the run starts
 
     @property
     def num_classes(self) -> int:
@@ -148,17 +167,21 @@ class ImageDataModule(L.LightningDataModule):
                 n = hp["train_samples"] if split == "train" else n_eval
                 self.datasets[split] = TensorDataset(*make_shapes(n, hp["image_size"], hp["seed"] + offset))
         elif hp["data"] == "cifar10":
-            images, labels = read_cifar10(self.root, train=True)
+            images, labels = (self.cifar10 or self._read_cifar10())["train"]
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(hp["seed"]))
             n_val = len(labels) // 10
             self.datasets["val"] = TensorDataset(images[order[:n_val]], labels[order[:n_val]])
             self.datasets["train"] = TensorDataset(images[order[n_val:]], labels[order[n_val:]])
-            self.datasets["test"] = TensorDataset(*read_cifar10(self.root, train=False))
+            self.datasets["test"] = TensorDataset(*self.cifar10["test"])
         else:
             mode = "bytes" if hp["decode"] == "gpu" else "decoded"
             for split in ("train", "val", "test"):
-                folder = self.root / (split if (self.root / split).is_dir() else "val")
-                self.datasets[split] = image_files(folder, self.classes, mode, self.max_side)
+                paths, targets = self.samples[split if split in self.samples else "val"]
+                self.datasets[split] = ImageFiles(paths, targets, mode=mode, max_side=self.max_side)
+
+    def _read_cifar10(self) -> dict[str, tuple[Tensor, Tensor]]:
+        self.cifar10 = {split: read_cifar10(self.root, train=split == "train") for split in ("train", "test")}
+        return self.cifar10
 
     def _loader(self, split: str) -> DataLoader[Any]:
         hp, dataset = self.hparams, self.datasets[split]

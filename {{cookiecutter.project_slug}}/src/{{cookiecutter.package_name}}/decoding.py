@@ -36,8 +36,8 @@ def _reason(err: Exception) -> str:
 def decode_rgb(encoded: Tensor) -> Tensor:
     """Encoded image bytes (1-D uint8, CPU) -> uint8 RGB (3, H, W) on the CPU, whatever the format or bit depth.
 
-    Greyscale, CMYK, palette, alpha, 16-bit PNG, WebP and GIF all become 8-bit RGB; unreadable bytes raise
-    UnreadableImageError with the decoder's reason."""
+    Greyscale, CMYK, palette, alpha, 16-bit PNG, WebP and GIF all become 8-bit RGB, and an animated GIF or WebP its
+    first frame; unreadable bytes raise UnreadableImageError with the decoder's reason."""
     if encoded.numel() == 0:
         raise UnreadableImageError("empty file")
     try:
@@ -51,10 +51,29 @@ def decode_rgb(encoded: Tensor) -> Tensor:
 
             image = tv_decode_image(encoded, mode=ImageReadMode.RGB)
     except (RuntimeError, ValueError) as err:
-        raise UnreadableImageError(_reason(err)) from None
+        if "Animated webp" not in str(err):
+            raise UnreadableImageError(_reason(err)) from None
+        image = _first_frame(encoded)  # torchvision's WebP decoder reads still images only
+    if image.ndim == 4:  # an animation's frames (N, 3, H, W)
+        image = image[0]
     if image.dtype == torch.uint16:  # torchvision keeps 16-bit PNGs 16-bit: scale 0..65535 to 0..255
         image = ((image.to(torch.int32) * 255 + 32767) // 65535).to(torch.uint8)
     return image
+
+
+def _first_frame(encoded: Tensor) -> Tensor:
+    """The first frame of an animation, by Pillow (which torchvision depends on), as uint8 RGB (3, H, W)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(encoded.numpy().tobytes())) as animation:
+            pixels = np.asarray(animation.convert("RGB"))
+    except (OSError, ValueError) as err:
+        raise UnreadableImageError(_reason(err)) from None
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
 
 
 def gpu_decodable(encoded: Tensor) -> bool:

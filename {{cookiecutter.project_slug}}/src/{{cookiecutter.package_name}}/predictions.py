@@ -12,6 +12,7 @@ from typing import IO
 from .config import ConfigError
 from .data import IMAGE_SUFFIXES
 from .files import OutputBusyError, open_partial, publish
+from .sources import list_images
 
 
 class InputError(ValueError):
@@ -42,7 +43,7 @@ def collect_images(inputs: Sequence[str]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            images = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            images = [Path(p) for p in list_images(path)[0]]  # as training lists a class: any depth, each file once
             if not images:
                 raise InputError(f"no images in {item} or its subfolders; looked for {'/'.join(IMAGE_SUFFIXES)}")
             found += images

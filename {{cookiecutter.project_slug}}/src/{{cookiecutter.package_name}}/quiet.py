@@ -1,4 +1,4 @@
-"""Third-party warnings that say nothing a user of this project can act on, silenced by the entry points only.
+"""How the entry points show warnings: one line each, and without third-party ones a user cannot act on.
 
 Each is matched by its exact text and the module that triggers it, so the user's own warnings, this project's and any
 new one from the same libraries still show. Remove an entry once the versions it names are past.
@@ -14,6 +14,9 @@ KNOWN_NOISE = (
 )
 
 
-def silence_known_noise() -> None:
+def set_up_warnings() -> None:
+    """For the entry points: one line per warning ("warning: skipping unreadable image PATH: why", not the message
+    and then the line of code that raised it), set before loader workers start, and the known noise silenced."""
+    warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
     for category, message, module in KNOWN_NOISE:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)

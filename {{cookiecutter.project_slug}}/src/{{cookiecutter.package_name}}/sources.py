@@ -1,7 +1,8 @@
-"""The built-in data sources: generated shapes (no download, learnable in a minute) and CIFAR-10's own format."""
+"""The data sources: generated shapes (no download, learnable in a minute), CIFAR-10's own format, image folders."""
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .config import ConfigError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what decoding.decode_rgb reads
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
@@ -50,8 +54,44 @@ def read_cifar10(root: Path, train: bool) -> tuple[Tensor, Tensor]:
     names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
     images, labels = [], []
     for name in names:
-        with open(folder / name, "rb") as fh:
-            batch = pickle.load(fh, encoding="latin1")
-        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.extend(batch["labels"])
-    return torch.from_numpy(np.concatenate(images)), torch.tensor(labels)
+        try:
+            with open(folder / name, "rb") as fh:
+                batch = pickle.load(fh, encoding="latin1")
+            images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.append(np.asarray(batch["labels"], dtype=np.int64))
+            if len(labels[-1]) != len(images[-1]) or not np.isin(labels[-1], range(len(CIFAR10_CLASSES))).all():
+                raise ValueError(f"{len(images[-1])} images but {len(labels[-1])} labels from 0 to 9")
+        # A cut-off or overwritten pickle fails in whichever way its bytes lead the unpickler: any error means damage.
+        except Exception as err:
+            what = "is missing" if isinstance(err, FileNotFoundError) else f"is damaged ({type(err).__name__}: {err})"
+            raise ConfigError(
+                "data_dir",
+                f"{folder / name} {what}; delete {folder} and run again with a network connection to download "
+                "CIFAR-10 afresh, or copy an intact cifar-10-batches-py/ there",
+            ) from None
+    return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
+
+
+def is_image(path: str) -> bool:
+    return path.lower().endswith(IMAGE_SUFFIXES)
+
+
+def list_images(folder: Path) -> tuple[list[str], list[str]]:
+    """The images under `folder` at any depth, in ImageFolder's order, each real folder listed once; and the folders
+    skipped because a symlink leads back to a folder already listed or above it (a loop would otherwise repeat every
+    image in it until the path grows too long for the system: 41 times on Linux)."""
+    top = os.path.realpath(folder)
+    listed: set[str] = set()
+    found: list[tuple[str, list[str]]] = []
+    skipped: list[str] = []
+    for where, folders, files in os.walk(folder, followlinks=True):
+        folders.sort()  # which of two links to one folder is listed must not depend on the directory's order
+        real = os.path.realpath(where)
+        # a link to the class folder or above it would list it again inside itself, and other classes under it
+        if real in listed or (listed and os.path.commonpath([real, top]) == real):
+            skipped.append(where)
+            folders.clear()
+            continue
+        listed.add(real)
+        found.append((where, sorted(name for name in files if is_image(name))))
+    return [os.path.join(where, name) for where, names in sorted(found) for name in names], skipped

@@ -7,7 +7,8 @@ Unlike training, there is nothing to save: the work is repeated by running the s
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -41,3 +42,13 @@ def raising_on_stop_signals() -> Iterator[None]:
         yield
     finally:
         _restore(previous)
+
+
+def run_stoppable(main: Callable[[], object], script: str, lost: str) -> None:
+    """`main()` with the stop signals raising Stopped; a stop ends the process in one line, with 128 + the signal."""
+    try:
+        with raising_on_stop_signals():
+            main()
+    except Stopped as stop:  # what was half-written is already removed, by the finally blocks it went through
+        print(f"{script}: stopped by {stop}; {lost}, run the same command again", file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None

@@ -7,6 +7,7 @@ the batch is on: one kernel instead of a Python loop of small resizes, and the s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Sequence
@@ -88,16 +89,27 @@ class ImageFiles(Dataset[tuple[Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         for i in (j % len(self) for j in range(index, index + len(self))):
             try:
-                data = read_bytes(self.paths[i])
-                if self.mode == "bytes":
-                    if not gpu_decodable(data):
-                        decode_rgb(data)
-                    return data, self.labels[i]
-                image = decode_rgb(data)
-                return (limit_size(image, self.max_side) if self.max_side else image), self.labels[i]
+                return self._load(i), self.labels[i]
             except (UnreadableImageError, OSError) as err:
                 warnings.warn(f"skipping unreadable image {self.paths[i]}: {err}", stacklevel=2)
         raise UnreadableImageError(f"none of the {len(self)} images can be read, e.g. {self.paths[0]}")
+
+    def readable(self) -> bool:
+        """Whether any file can be read: one read when the first can, all of them only when none can."""
+        for i in range(len(self)):
+            with contextlib.suppress(UnreadableImageError, OSError):
+                self._load(i)
+                return True
+        return False
+
+    def _load(self, i: int) -> Tensor:
+        data = read_bytes(self.paths[i])
+        if self.mode == "bytes":
+            if not gpu_decodable(data):
+                decode_rgb(data)
+            return data
+        image = decode_rgb(data)
+        return limit_size(image, self.max_side) if self.max_side else image
 
 
 def collate_images(samples: Sequence[tuple[Tensor, int]]) -> tuple[Tensor, Tensor, Tensor]:
