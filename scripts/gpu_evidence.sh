@@ -185,7 +185,7 @@ for step in $steps; do
     case "$step" in
         tests)
             timeout_flag=()
-            "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=900)  # a hang fails its test
+            "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=300)  # a hang: a traceback (longest: 113 s, H100)
             report="$out/gpu-evidence/$stamp-tests.xml"
             rm -f "$report"
             run "single-GPU tests" "$PYTHON" -m pytest -m gpu -v -s -ra -p no:cacheprovider "${timeout_flag[@]}" --junitxml="$report"
