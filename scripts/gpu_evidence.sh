@@ -173,7 +173,7 @@ if [ -z "$project" ]; then
     project="$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
 fi
 cd "$project" || exit 1
-export PYTHONPATH="$project/src:$project${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$project/src:$project:$TEMPLATE/scripts${PYTHONPATH:+:$PYTHONPATH}"  # scripts: the pytest plugin
 provide_torchcodec
 
 incomplete=()
@@ -188,12 +188,12 @@ for step in $steps; do
             "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=300)  # a hang: a traceback (longest: 113 s, H100)
             report="$out/gpu-evidence/$stamp-tests.xml"
             rm -f "$report"
-            run "single-GPU tests" "$PYTHON" -m pytest -m gpu -v -s -ra -p no:cacheprovider "${timeout_flag[@]}" --junitxml="$report"
+            run "single-GPU tests" "$PYTHON" -m pytest -m gpu -v -s -ra -p no:cacheprovider -p pytest_instant_failures "${timeout_flag[@]}" --junitxml="$report"
             verdict "single-GPU tests" "$report"
             gpus="$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")"
             if [ "$gpus" -ge 2 ]; then
                 report="$out/gpu-evidence/$stamp-multigpu.xml"
-                run "multi-GPU tests ($gpus GPUs)" "$PYTHON" -m pytest -m multigpu -v -ra -p no:cacheprovider "${timeout_flag[@]}" --junitxml="$report"
+                run "multi-GPU tests ($gpus GPUs)" "$PYTHON" -m pytest -m multigpu -v -ra -p no:cacheprovider -p pytest_instant_failures "${timeout_flag[@]}" --junitxml="$report"
                 verdict "multi-GPU tests" "$report"
             else
                 printf '\n===== multi-GPU tests: not run, this machine has %s GPU\n' "$gpus" | tee -a "$evidence"
