@@ -20,6 +20,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
+from .files import partial_path
+
 
 class CheckpointSpaceError(OSError):
     """The disk (or quota) holding the checkpoints is full; says where and how much a checkpoint needs."""
@@ -77,7 +79,7 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
     The partial file has a fixed name, so one a killed save left behind is overwritten by the next save.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
+    partial = partial_path(path)
     try:
         with open(partial, "wb") as fh:
             torch.save(checkpoint, fh)

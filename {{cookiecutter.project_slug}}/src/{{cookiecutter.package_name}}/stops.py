@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 from .resume import STOP_SIGNALS
 
@@ -26,29 +24,14 @@ def _raise(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
-def _install() -> dict[int, Any]:
-    return {signum: signal.signal(signum, _raise) for signum in STOP_SIGNALS}
-
-
-def _restore(previous: dict[int, Any]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
-
-
-@contextmanager
-def raising_on_stop_signals() -> Iterator[None]:
-    previous = _install()
-    try:
-        yield
-    finally:
-        _restore(previous)
-
-
 def run_stoppable(main: Callable[[], object], script: str, lost: str) -> None:
     """`main()` with the stop signals raising Stopped; a stop ends the process in one line, with 128 + the signal."""
+    previous = {signum: signal.signal(signum, _raise) for signum in STOP_SIGNALS}
     try:
-        with raising_on_stop_signals():
-            main()
+        main()
     except Stopped as stop:  # what was half-written is already removed, by the finally blocks it went through
         print(f"{script}: stopped by {stop}; {lost}, run the same command again", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
