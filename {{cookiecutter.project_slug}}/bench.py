@@ -26,9 +26,8 @@ import lightning
 import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from {{ cookiecutter.package_name }} import hardware, loader_benchmark
-from {{ cookiecutter.package_name }}.bench_report import compare, table, write_json
-from {{ cookiecutter.package_name }}.benchmark import (
+from {{ cookiecutter.package_name }}.bench import loaders as loader_benchmark
+from {{ cookiecutter.package_name }}.bench.harness import (
     Setting,
     Spec,
     Timing,
@@ -36,11 +35,13 @@ from {{ cookiecutter.package_name }}.benchmark import (
     peak_flops,
     run_lightning,
 )
-from {{ cookiecutter.package_name }}.cli import fail
-from {{ cookiecutter.package_name }}.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.decoding import torchcodec_available
-from {{ cookiecutter.package_name }}.plain_loop import run_plain
-from {{ cookiecutter.package_name }}.predict_benchmark import run_plain_predict, run_predict
+from {{ cookiecutter.package_name }}.bench.report import compare, table, write_json
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.cli import fail
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import torchcodec_available
+from {{ cookiecutter.package_name }}.tasks.image_classification.plain_loop import run_plain
+from {{ cookiecutter.package_name }}.tasks.image_classification.predict_benchmark import run_plain_predict, run_predict
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.engine.quiet import set_up_warnings
 
     set_up_warnings()
     main()

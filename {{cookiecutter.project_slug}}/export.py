@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from {{ cookiecutter.package_name }}.cli import fail, parse_options
-from {{ cookiecutter.package_name }}.config import ConfigError, ExportConfig
+from {{ cookiecutter.package_name }}.engine.cli import fail, parse_options
+from {{ cookiecutter.package_name }}.engine.config import ConfigError, ExportConfig
 
 DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
 
@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
     if cfg.format == "onnx":
         check_onnx_installed()
-    from {{ cookiecutter.package_name }}.exporting import ParityError, export, output_path
-    from {{ cookiecutter.package_name }}.inference import ServingModel, load_classifier
+    from {{ cookiecutter.package_name }}.tasks.image_classification.export import ParityError, export, output_path
+    from {{ cookiecutter.package_name }}.tasks.image_classification.inference import ServingModel, load_classifier
 
     try:
         output_path(cfg)  # a bad --output answers before minutes of exporting
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
-    from {{ cookiecutter.package_name }}.stops import run_stoppable
+    from {{ cookiecutter.package_name }}.engine.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.engine.stops import run_stoppable
 
     set_up_warnings()
     run_stoppable(main, "export.py", "nothing written")

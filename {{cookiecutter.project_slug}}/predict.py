@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from {{ cookiecutter.package_name }}.cli import fail, parse_options
-from {{ cookiecutter.package_name }}.config import ConfigError, PredictConfig
+from {{ cookiecutter.package_name }}.engine.cli import fail, parse_options
+from {{ cookiecutter.package_name }}.engine.config import ConfigError, PredictConfig
 
 DESCRIPTION = "Label images with a checkpoint of train.py. Every default is shown with its reason."
 
@@ -31,12 +31,19 @@ def gather(trainer: Any, batches: list[Any]) -> dict[int, tuple[list[float], lis
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
-    from {{ cookiecutter.package_name }} import hardware
-    from {{ cookiecutter.package_name }}.files import discard
-    from {{ cookiecutter.package_name }}.inference import Predictor, load_classifier, predict_loader
-    from {{ cookiecutter.package_name }}.predictions import InputError, collect_images, commit, open_output, summary, write_rows
-    from {{ cookiecutter.package_name }}.trainer import build_trainer, launched_as_global_zero
-    from {{ cookiecutter.package_name }}.transforms import UnreadableImageError
+    from {{ cookiecutter.package_name }}.engine import hardware
+    from {{ cookiecutter.package_name }}.engine.files import discard
+    from {{ cookiecutter.package_name }}.engine.trainer import build_trainer, launched_as_global_zero
+    from {{ cookiecutter.package_name }}.tasks.image_classification.inference import Predictor, load_classifier, predict_loader
+    from {{ cookiecutter.package_name }}.tasks.image_classification.predictions import (
+        InputError,
+        collect_images,
+        commit,
+        open_output,
+        summary,
+        write_rows,
+    )
+    from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import UnreadableImageError
 
     try:
         paths = collect_images(cfg.inputs)
@@ -90,8 +97,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
-    from {{ cookiecutter.package_name }}.stops import run_stoppable
+    from {{ cookiecutter.package_name }}.engine.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.engine.stops import run_stoppable
 
     set_up_warnings()
     # Lightning's SIGTERM handler for predict only takes note, then calls the one it found: ours, which stops.

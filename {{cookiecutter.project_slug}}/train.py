@@ -8,9 +8,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from {{ cookiecutter.package_name }}.cli import fail, parse_args, save_yaml
-from {{ cookiecutter.package_name }}.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.rundir import check_output_dir, hold_output_dir
+from {{ cookiecutter.package_name }}.engine.cli import fail, parse_args, save_yaml
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.engine.rundir import check_output_dir, hold_output_dir
 
 
 def resume_path(cfg: Config) -> str | None:
@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     import lightning as L
 
-    from {{ cookiecutter.package_name }} import hardware
-    from {{ cookiecutter.package_name }}.data import ImageDataModule
-    from {{ cookiecutter.package_name }}.guards import check_checkpoint, check_enough_data, check_same_network
-    from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
-    from {{ cookiecutter.package_name }}.resume_changes import RunRecord, check_changes, keep_batch_size
-    from {{ cookiecutter.package_name }}.trainer import build_trainer, check_launcher, launched_as_global_zero
+    from {{ cookiecutter.package_name }}.engine import hardware
+    from {{ cookiecutter.package_name }}.engine.guards import check_checkpoint, check_enough_data, check_same_network
+    from {{ cookiecutter.package_name }}.engine.resume_changes import RunRecord, check_changes, keep_batch_size
+    from {{ cookiecutter.package_name }}.engine.trainer import build_trainer, check_launcher, launched_as_global_zero
+    from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+    from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 print(f"resume: {note}", flush=True)
         hardware.apply_backend_flags(cfg)
         if cfg.profile:
-            from {{ cookiecutter.package_name }}.profiling import profile
+            from {{ cookiecutter.package_name }}.engine.profiling import profile
 
             return profile(cfg, hw, model, datamodule, wrap=block_types(model.net))
         logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: Any, ckpt: str | None) -> dict:
-    from {{ cookiecutter.package_name }}.guards import explain_failures, scale_batch_size
-    from {{ cookiecutter.package_name }}.monitors import LogStepThroughputMonitor
+    from {{ cookiecutter.package_name }}.engine.guards import explain_failures, scale_batch_size
+    from {{ cookiecutter.package_name }}.engine.monitors import LogStepThroughputMonitor
 
     if cfg.auto_batch_size:
         with explain_failures(cfg, trainer, datamodule):
@@ -130,7 +130,7 @@ def _fit_and_test(cfg: Config, hw: Any, trainer: Any, model: Any, datamodule: An
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.quiet import set_up_warnings
+    from {{ cookiecutter.package_name }}.engine.quiet import set_up_warnings
 
     set_up_warnings()
     try:

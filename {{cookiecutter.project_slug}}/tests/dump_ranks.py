@@ -13,7 +13,7 @@ import lightning as L
 import torch
 
 import train
-from {{ cookiecutter.package_name }} import trainer as trainer_module
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
 class DumpRank(L.Callback):

@@ -18,7 +18,7 @@ from dump_ranks import DumpRank
 from torchmetrics import Metric
 
 import train
-from {{ cookiecutter.package_name }} import trainer as trainer_module
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
 class RunningMetrics(L.Callback):

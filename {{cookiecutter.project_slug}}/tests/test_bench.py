@@ -15,9 +15,9 @@ from conftest import ROOT
 
 import bench
 import train
-from {{ cookiecutter.package_name }}.bench_report import compare, ratio_line
-from {{ cookiecutter.package_name }}.loader_benchmark import write_photos
-from {{ cookiecutter.package_name }}.sources import SHAPES
+from {{ cookiecutter.package_name }}.bench.loaders import write_photos
+from {{ cookiecutter.package_name }}.bench.report import compare, ratio_line
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import SHAPES
 
 TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8", "--warmup=1", "--steps=2"]
 

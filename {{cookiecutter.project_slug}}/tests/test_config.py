@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from conftest import run_train
 
-from {{ cookiecutter.package_name }}.cli import parse_args
-from {{ cookiecutter.package_name }}.config import Config, ConfigError, ExportConfig, PredictConfig, parse_every
+from {{ cookiecutter.package_name }}.engine.cli import parse_args
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError, ExportConfig, PredictConfig, parse_every
 
 
 def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:

@@ -23,10 +23,10 @@ from torch.distributed.fsdp import ShardingStrategy
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 import train
-from {{ cookiecutter.package_name }} import hardware
-from {{ cookiecutter.package_name }}.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types, build_network
-from {{ cookiecutter.package_name }}.trainer import build_strategy
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.engine.trainer import build_strategy
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types, build_network
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP_RANKS = str(ROOT / "tests" / "dump_ranks.py")

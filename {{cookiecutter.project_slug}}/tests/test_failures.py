@@ -16,8 +16,8 @@ from conftest import run_train
 from PIL import Image
 
 import train
-from {{ cookiecutter.package_name }}.data import ImageDataModule
-from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from {{ cookiecutter.package_name }}.config import Config
-from {{ cookiecutter.package_name }}.data import ImageDataModule
-from {{ cookiecutter.package_name }}.hardware import Hardware
-from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types
+from {{ cookiecutter.package_name }}.engine.config import Config
+from {{ cookiecutter.package_name }}.engine.hardware import Hardware
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types
 
 GPU_LIKE = Hardware(
     accelerator="cuda",

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 
 import train
-from {{ cookiecutter.package_name }} import hardware
-from {{ cookiecutter.package_name }}.cli import parse_args
-from {{ cookiecutter.package_name }}.config import ConfigError
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.cli import parse_args
+from {{ cookiecutter.package_name }}.engine.config import ConfigError
 
 CPU = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]  # pinned: a bake may default to fsdp or fp16
 

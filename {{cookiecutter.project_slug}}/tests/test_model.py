@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import train
-from {{ cookiecutter.package_name }}.config import ConfigError
-from {{ cookiecutter.package_name }}.finetune import schedules
-from {{ cookiecutter.package_name }}.model import ImageClassifier, block_types, build_network
+from {{ cookiecutter.package_name }}.engine.config import ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import schedules
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types, build_network
 
 SHAPES = ["circle", "square", "triangle", "cross", "ring", "diamond"]
 

@@ -19,7 +19,7 @@ import torch
 from conftest import ROOT, run_train
 
 import train
-from {{ cookiecutter.package_name }} import trainer as trainer_module
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
 class CountReads(L.Callback):

@@ -17,10 +17,15 @@ from torchvision.io import decode_image, encode_jpeg
 from trained_model import run_script, trained_checkpoint
 
 import predict
-from {{ cookiecutter.package_name }} import hardware
-from {{ cookiecutter.package_name }}.config import PredictConfig
-from {{ cookiecutter.package_name }}.inference import REQUIRED_HPARAMS, Predictor, load_classifier, predict_loader
-from {{ cookiecutter.package_name }}.transforms import is_encoded
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.config import PredictConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification.inference import (
+    REQUIRED_HPARAMS,
+    Predictor,
+    load_classifier,
+    predict_loader,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import is_encoded
 
 Held = list[tuple[Path, str]]
 # Pinned, not left to the bake's defaults (which may be 16-mixed, a CUDA-only precision), as in conftest's tiny_args.

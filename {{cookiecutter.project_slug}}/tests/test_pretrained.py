@@ -9,9 +9,9 @@ import torch
 from conftest import imagenet_like_resnet18, run_train
 from torch import nn
 
-from {{ cookiecutter.package_name }}.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.hardware import Hardware
-from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.engine.hardware import Hardware
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 CPU = Hardware("cpu", 1, 1, "32-true", False, False, False, 0, False, "CPU")
 

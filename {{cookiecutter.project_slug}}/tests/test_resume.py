@@ -22,11 +22,11 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 import train
-from {{ cookiecutter.package_name }} import hardware
-from {{ cookiecutter.package_name }}.config import Config
-from {{ cookiecutter.package_name }}.model import ImageClassifier
-from {{ cookiecutter.package_name }}.resume import ResumableLoader, SkippingBatchSampler
-from {{ cookiecutter.package_name }}.trainer import build_trainer
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.config import Config
+from {{ cookiecutter.package_name }}.engine.resume import ResumableLoader, SkippingBatchSampler
+from {{ cookiecutter.package_name }}.engine.trainer import build_trainer
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:

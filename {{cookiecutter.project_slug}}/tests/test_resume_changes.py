@@ -21,8 +21,8 @@ import yaml
 from conftest import ROOT, run_train
 from PIL import Image
 
-from {{ cookiecutter.package_name }}.config import Config
-from {{ cookiecutter.package_name }}.resume_changes import FREE, GLOBAL_BATCH, HONOURED, OWN_CHECK, REFUSED
+from {{ cookiecutter.package_name }}.engine.config import Config
+from {{ cookiecutter.package_name }}.engine.resume_changes import FREE, GLOBAL_BATCH, HONOURED, OWN_CHECK, REFUSED
 
 # 64 training images in batches of 4, two per step: 16 batches and 8 optimizer steps an epoch
 STEPS_PER_EPOCH = 8

@@ -15,8 +15,8 @@ from conftest import ROOT
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
-from {{ cookiecutter.package_name }} import decoding
-from {{ cookiecutter.package_name }}.transforms import (
+from {{ cookiecutter.package_name }}.tasks.image_classification import decoding
+from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import (
     UnreadableImageError,
     collate_bytes,
     crop_resize,
@@ -181,7 +181,7 @@ def test_a_bytes_batch_decodes_to_what_the_workers_give_filling_or_dropping_what
 
 
 def test_the_bytes_of_a_file_read_as_a_tensor(tmp_path: Path) -> None:
-    from {{ cookiecutter.package_name }}.transforms import read_bytes
+    from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import read_bytes
 
     (tmp_path / "x.bin").write_bytes(b"\x01\x02\xff")
     (tmp_path / "empty.jpg").write_bytes(b"")

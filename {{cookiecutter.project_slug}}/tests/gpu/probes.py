@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 import train
-from {{ cookiecutter.package_name }} import trainer as trainer_module
-from {{ cookiecutter.package_name }}.decoding import torchcodec_available
-from {{ cookiecutter.package_name }}.model import ImageClassifier
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import torchcodec_available
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 GPUS = torch.cuda.device_count()
 NEEDS_TORCHCODEC = pytest.mark.skipif(

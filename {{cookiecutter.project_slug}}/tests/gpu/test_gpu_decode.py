@@ -13,9 +13,9 @@ import torch
 from probes import GPU, NEEDS_TORCHCODEC
 
 import train
-from {{ cookiecutter.package_name }}.data import ImageDataModule
-from {{ cookiecutter.package_name }}.loader_benchmark import photo, write_photos
-from {{ cookiecutter.package_name }}.transforms import ImageFiles, decode_each, decode_rgb
+from {{ cookiecutter.package_name }}.bench.loaders import photo, write_photos
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import ImageFiles, decode_each, decode_rgb
 
 pytestmark = GPU
 

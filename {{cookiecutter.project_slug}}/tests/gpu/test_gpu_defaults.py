@@ -9,7 +9,7 @@ import pytest
 import torch
 from probes import CPU_AND_GPU, fit, network
 
-from {{ cookiecutter.package_name }}.config import Config
+from {{ cookiecutter.package_name }}.engine.config import Config
 
 
 class KnobRecorder(L.Callback):

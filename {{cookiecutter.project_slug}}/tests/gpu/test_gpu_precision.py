@@ -12,7 +12,7 @@ from lightning.pytorch.plugins import MixedPrecision
 from probes import CPU_AND_GPU, fit, layers
 from torch import nn
 
-from {{ cookiecutter.package_name }} import data
+from {{ cookiecutter.package_name }}.tasks.image_classification import data
 
 
 class ForwardRecorder(L.Callback):

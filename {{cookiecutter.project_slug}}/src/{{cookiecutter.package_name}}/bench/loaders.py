@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.io import write_jpeg
 
-from .data import SHAPES, ImageDataModule
+from ..tasks.image_classification.data import SHAPES, ImageDataModule
 
 TIMED_BATCHES = 8
 PHOTO_SIZE = (375, 500)  # height, width: ImageNet's typical photo; JPEG quality 90 then gives ~100 KB
@@ -92,7 +92,7 @@ def run(
 ) -> list[Row]:
     """Synthetic, folder JPEGs decoded by the workers, and (CUDA with TorchCodec) decoded on the GPU; each row goes
     to `on_row` as soon as it is measured."""
-    from .decoding import torchcodec_available
+    from ..tasks.image_classification.decoding import torchcodec_available
 
     counts = worker_counts(cpus)
     samples = batch_size * (max(counts) + 1 + TIMED_BATCHES)

@@ -17,7 +17,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .config import ConfigError
+from ...engine.config import ConfigError
 
 TIMM = "timm/"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

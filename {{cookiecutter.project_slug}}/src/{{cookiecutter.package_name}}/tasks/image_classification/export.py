@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .config import ConfigError, ExportConfig
-from .files import OutputBusyError, discard, open_partial, publish
+from ...engine.config import ConfigError, ExportConfig
+from ...engine.files import OutputBusyError, discard, open_partial, publish
 from .inference import ServingModel
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}

@@ -14,13 +14,13 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from .benchmark import Clock, Setting, Spec, Timing, _prepare
-from .config import Config
-from .hardware import Hardware
+from ...bench.harness import Clock, Setting, Spec, Timing, _prepare
+from ...engine.config import Config
+from ...engine.hardware import Hardware
+from ...engine.monitors import HALF
+from ...engine.trainer import build_trainer
 from .inference import Predictor, image_files
-from .model import ImageClassifier
-from .monitors import HALF
-from .trainer import build_trainer
+from .module import ImageClassifier
 from .transforms import collate_images, eval_transform
 
 

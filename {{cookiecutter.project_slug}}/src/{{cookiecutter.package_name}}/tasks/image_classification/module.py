@@ -15,9 +15,9 @@ from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ...engine.config import Config, ConfigError
+from ...engine.hardware import Hardware
 from . import finetune
-from .config import Config, ConfigError
-from .hardware import Hardware
 from .networks import block_types, build_network, check_image_size, head_names, note, preprocessing
 from .weights import LIBRARY, load_pretrained
 

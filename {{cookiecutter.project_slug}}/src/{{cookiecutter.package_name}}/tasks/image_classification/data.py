@@ -18,9 +18,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from .config import ConfigError
-from .hardware import worker_options
-from .resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
+from ...engine.config import ConfigError
+from ...engine.hardware import worker_options
+from ...engine.resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
 from .transforms import (
     CROP_PCT,

@@ -22,10 +22,10 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError, non_finite_tensors
 from .cli import fail
 from .config import Config, ConfigError
 from .resume import StopOnSignal
-from .saving import CheckpointSpaceError, NonFiniteWeightsError, non_finite_tensors
 
 TRAINING_KEYS = ("state_dict", "global_step", "loops", "optimizer_states")  # what `fit(ckpt_path=...)` reads
 

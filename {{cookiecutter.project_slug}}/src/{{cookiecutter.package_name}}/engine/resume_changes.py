@@ -16,8 +16,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ..tasks.image_classification.finetune import param_groups
 from .config import Config, ConfigError
-from .finetune import param_groups
 
 RECORD = "run_record"  # the checkpoint key of the options that trained it
 AFRESH = "or start afresh in another --output-dir"

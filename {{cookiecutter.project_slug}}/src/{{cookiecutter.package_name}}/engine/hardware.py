@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from ..tasks.image_classification.decoding import torchcodec_available
 from .config import Config, ConfigError, parse_devices, usable_cpus
-from .decoding import torchcodec_available
 from .resume import ignore_stop_signals
 
 

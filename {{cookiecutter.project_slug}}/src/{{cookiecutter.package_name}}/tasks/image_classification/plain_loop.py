@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .benchmark import Clock, DeviceBatches, Setting, Spec, Timing, _prepare
+from ...bench.harness import Clock, DeviceBatches, Setting, Spec, Timing, _prepare
+from ...engine.monitors import HALF
 from .data import MEAN, STD, random_crop_flip
-from .model import build_network
-from .monitors import HALF
+from .module import build_network
 
 
 def run_plain(spec: Spec, setting: Setting, output_dir: Path) -> Timing:

@@ -20,12 +20,12 @@ import torch
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from .config import Config
-from .data import ImageDataModule
-from .hardware import Hardware, apply_backend_flags, resolve
-from .model import ImageClassifier, build_network
-from .monitors import HALF
-from .trainer import build_callbacks, build_trainer
+from ..engine.config import Config
+from ..engine.hardware import Hardware, apply_backend_flags, resolve
+from ..engine.monitors import HALF
+from ..engine.trainer import build_callbacks, build_trainer
+from ..tasks.image_classification.data import ImageDataModule
+from ..tasks.image_classification.module import ImageClassifier, build_network
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .files import write_text
+from ..engine.files import write_text
 
 # Above this spread between interleaved rounds, a ratio says more about the machine's load than about the code.
 NOISY = 0.05

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from .config import ConfigError
+from ...engine.config import ConfigError
+from ...engine.files import OutputBusyError, open_partial, publish
 from .data import IMAGE_SUFFIXES
-from .files import OutputBusyError, open_partial, publish
 from .sources import list_images
 
 

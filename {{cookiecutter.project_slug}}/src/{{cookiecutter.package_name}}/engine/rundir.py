@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
+from .checkpoints import out_of_space
 from .cli import fail
 from .config import Config, ConfigError
-from .saving import out_of_space
 
 
 def check_output_dir(cfg: Config) -> None:

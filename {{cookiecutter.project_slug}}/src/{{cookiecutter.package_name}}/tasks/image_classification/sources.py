@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import ConfigError
+from ...engine.config import ConfigError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what decoding.decode_rgb reads
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")

@@ -23,13 +23,13 @@ from lightning.pytorch.plugins.environments import (
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch import nn
 
+from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint
 from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
 from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress
 from .resume import ExactResume, StopOnSignal
-from .saving import AtomicCheckpointIO, PeriodicCheckpoint
 
 
 def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None) -> Strategy | str:

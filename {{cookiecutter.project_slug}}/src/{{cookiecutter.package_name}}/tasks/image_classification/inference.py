@@ -16,10 +16,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from .config import ConfigError
-from .guards import check_checkpoint
-from .hardware import Hardware, worker_options
-from .model import ImageClassifier
+from ...engine.config import ConfigError
+from ...engine.guards import check_checkpoint
+from ...engine.hardware import Hardware, worker_options
+from .module import ImageClassifier
 from .transforms import (
     ImageFiles,
     collate_bytes,
