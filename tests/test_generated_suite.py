@@ -36,6 +36,8 @@ ANSWER_INDEPENDENT = [
     "test_validation_stop.py",
     "test_inputs.py",
     "test_resume_changes.py",
+    "test_own_task.py",
+    "test_layout.py",
     "gpu",  # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
 ]
 
@@ -51,6 +53,7 @@ STOPS_AND_RESUMES = [
     "test_multinode.py",
     "test_validation_stop.py",
     "test_full_disk.py",
+    "test_own_task.py",
 ]
 SUITES = {  # id: (answers, test files to leave out, minutes on 2 busy cores: conftest.py deals long tests by it)
     "defaults": ({}, STOPS_AND_RESUMES, 6),

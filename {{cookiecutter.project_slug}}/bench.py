@@ -109,7 +109,7 @@ def matrix(device: str, with_compile: bool) -> list[Setting]:
 
 def default_setting(spec: Spec) -> Setting:
     """What `python train.py` resolves to on this device with the same model and sizes."""
-    cfg = Config(accelerator=spec.device, devices="1", strategy="auto", model=spec.model, image_size=spec.image_size)
+    cfg = Config(accelerator=spec.device, devices="1", strategy="auto")
     try:
         hw = hardware.resolve(cfg)
     except ConfigError:  # a project generated with 16-mixed, on a CPU: compare with what --precision auto gives

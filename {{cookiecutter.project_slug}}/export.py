@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 from {{ cookiecutter.package_name }}.engine.cli import fail, parse_options
-from {{ cookiecutter.package_name }}.engine.config import ConfigError, ExportConfig
+from {{ cookiecutter.package_name }}.engine.config import ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ExportConfig
 
 DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
 

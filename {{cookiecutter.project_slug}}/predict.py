@@ -7,10 +7,12 @@ resolved hardware as train.py, with the validation decoding and crop; the checkp
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from {{ cookiecutter.package_name }}.engine.cli import fail, parse_options
-from {{ cookiecutter.package_name }}.engine.config import ConfigError, PredictConfig
+from {{ cookiecutter.package_name }}.engine.config import ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import PredictConfig
 
 DESCRIPTION = "Label images with a checkpoint of train.py. Every default is shown with its reason."
 
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from {{ cookiecutter.package_name }}.engine import hardware
     from {{ cookiecutter.package_name }}.engine.files import discard
     from {{ cookiecutter.package_name }}.engine.trainer import build_trainer, launched_as_global_zero
+    from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import UnreadableImageError, decode_choice
     from {{ cookiecutter.package_name }}.tasks.image_classification.inference import Predictor, load_classifier, predict_loader
     from {{ cookiecutter.package_name }}.tasks.image_classification.predictions import (
         InputError,
@@ -43,7 +46,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         summary,
         write_rows,
     )
-    from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import UnreadableImageError
 
     try:
         paths = collect_images(cfg.inputs)
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     train_cfg = cfg.training_config()
     handle = None
     try:
-        hw = hardware.resolve(train_cfg, images=paths)  # --decode auto: gpu for mostly JPEG inputs on CUDA
+        hw = hardware.resolve(train_cfg)
+        decode = decode_choice(cfg.decode, hw.accelerator, images=paths)  # auto: gpu for mostly JPEGs on CUDA
+        hw = replace(hw, choices={"decode": decode})
         classifier = load_classifier(
             cfg.checkpoint, channels_last=hw.channels_last, compile=hw.compile, compile_mode=cfg.compile_mode
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -33,5 +34,9 @@ class DumpRank(L.Callback):
 
 if __name__ == "__main__":
     folder, build_callbacks = Path(sys.argv[1]), trainer_module.build_callbacks
-    trainer_module.build_callbacks = lambda cfg: [*build_callbacks(cfg), DumpRank(folder)]  # type: ignore[assignment]
+
+    def with_dump(*args: Any, **kwargs: Any) -> list[L.Callback]:
+        return [*build_callbacks(*args, **kwargs), DumpRank(folder)]
+
+    trainer_module.build_callbacks = with_dump
     train.main(sys.argv[2:])

@@ -45,5 +45,9 @@ class RunningMetrics(L.Callback):
 if __name__ == "__main__":
     folder, pause_step, build_callbacks = Path(sys.argv[1]), int(sys.argv[2]), trainer_module.build_callbacks
     extra = [DumpRank(folder), RunningMetrics(folder, pause_step)]
-    trainer_module.build_callbacks = lambda cfg: [*build_callbacks(cfg), *extra]  # type: ignore[assignment]
+
+    def with_extra(*args: Any, **kwargs: Any) -> list[L.Callback]:
+        return [*build_callbacks(*args, **kwargs), *extra]
+
+    trainer_module.build_callbacks = with_extra
     train.main(sys.argv[3:])

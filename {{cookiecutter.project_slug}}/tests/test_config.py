@@ -6,8 +6,15 @@ from pathlib import Path
 import pytest
 from conftest import run_train
 
-from {{ cookiecutter.package_name }}.engine.cli import parse_args
-from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError, ExportConfig, PredictConfig, parse_every
+from {{ cookiecutter.package_name }}.engine.cli import parse_run
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError, parse_every
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ExportConfig, ImageOptions, PredictConfig
+
+
+def parse_args(argv: list[str]) -> Config:
+    """train.py's engine options, as parsed beside the image task's."""
+    cfg, _ = parse_run(argv, ImageOptions, "the image classifier")
+    return cfg
 
 
 def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
@@ -19,24 +26,24 @@ def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "flag"),
+    ("schema", "field", "value", "flag"),
     [
-        ("precision", "8", "--precision"),
-        ("strategy", "horovod", "--strategy"),
-        ("devices", "abc", "--devices"),
-        ("devices", "0", "--devices"),
-        ("devices", "-2", "--devices"),
-        ("batch_size", 0, "--batch-size"),
-        ("max_steps", 0, "--max-steps"),
-        ("lr", 0.0, "--lr"),
-        ("warmup_fraction", 1.0, "--warmup-fraction"),
-        ("data", "imagenet", "--data"),
-        ("logger", "comet", "--logger"),
+        (Config, "precision", "8", "--precision"),
+        (Config, "strategy", "horovod", "--strategy"),
+        (Config, "devices", "abc", "--devices"),
+        (Config, "devices", "0", "--devices"),
+        (Config, "devices", "-2", "--devices"),
+        (Config, "batch_size", 0, "--batch-size"),
+        (Config, "max_steps", 0, "--max-steps"),
+        (Config, "lr", 0.0, "--lr"),
+        (Config, "warmup_fraction", 1.0, "--warmup-fraction"),
+        (ImageOptions, "data", "imagenet", "--data"),
+        (Config, "logger", "comet", "--logger"),
     ],
 )
-def test_bad_values_name_their_flag(field: str, value: object, flag: str) -> None:
+def test_bad_values_name_their_flag(schema: type, field: str, value: object, flag: str) -> None:
     with pytest.raises(ConfigError, match=f"^{flag}: "):
-        Config(**{field: value})  # type: ignore[arg-type]
+        schema(**{field: value})
 
 
 def test_flags_override_yaml_which_overrides_defaults(tmp_path: Path) -> None:

@@ -22,11 +22,12 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import ShardingStrategy
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-import train
 from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.engine.trainer import build_strategy
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types, build_network
+from {{ cookiecutter.package_name }}.engine.trainer import block_types, build_strategy
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP_RANKS = str(ROOT / "tests" / "dump_ranks.py")
@@ -138,16 +139,16 @@ def test_fsdp_strategy_shards_each_block_checkpoints_it_and_follows_precision(
 
 def test_resume_auto_takes_the_newest_checkpoint_or_starts_afresh(tmp_path: Path) -> None:
     cfg = Config(output_dir=str(tmp_path), resume="auto")
-    assert train.resume_path(cfg) is None
+    assert resume_path(cfg.output_dir, cfg.resume) is None
     last, preempted = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
     last.parent.mkdir()
     last.touch()
-    assert train.resume_path(cfg) == str(last)
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
     preempted.touch()
     os.utime(last, (1, 1))
-    assert train.resume_path(cfg) == str(preempted)
+    assert resume_path(cfg.output_dir, cfg.resume) == str(preempted)
     os.utime(preempted, (0, 0))
-    assert train.resume_path(cfg) == str(last)
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
 
 
 @pytest.mark.parametrize(

@@ -254,7 +254,7 @@ def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(
         train.main(tiny_args)
     assert exit_info.value.code == 1
     line = one_error_line(capsys)
-    assert line.startswith("error: --batch-size: out of memory with 8 images of 16 px per device (resnet18)")
+    assert line.startswith("error: --batch-size: out of memory with 8 images per device; lower it")
     assert "--batch-size 4 --accumulate-grad-batches 2 keeps the global batch" in line
 
 

@@ -17,8 +17,10 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from {{ cookiecutter.package_name }}.engine.config import Config
 from {{ cookiecutter.package_name }}.engine.hardware import Hardware
+from {{ cookiecutter.package_name }}.engine.trainer import block_types
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 GPU_LIKE = Hardware(
     accelerator="cuda",
@@ -36,8 +38,8 @@ GPU_LIKE = Hardware(
 
 @pytest.mark.parametrize("name", ["resnet18", "timm/convnext_atto"])
 def test_under_fsdp_every_gradient_has_the_strides_of_its_parameter(name: str, tmp_path: Path) -> None:
-    cfg = Config(strategy="fsdp", model=name, image_size=32)
-    model = ImageClassifier.from_config(cfg, GPU_LIKE, ["a", "b", "c"])
+    cfg, opts = Config(strategy="fsdp"), ImageOptions(model=name, image_size=32)
+    model = ImageClassifier.from_config(cfg, opts, GPU_LIKE, ["a", "b", "c"])
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         wrapped = FullyShardedDataParallel(
@@ -61,7 +63,8 @@ def test_under_fsdp_every_gradient_has_the_strides_of_its_parameter(name: str, t
 def test_under_fsdp_the_module_and_the_datamodule_agree_on_every_hparam_they_share() -> None:
     """Lightning refuses to start when they disagree: `--strategy fsdp --channels-last` once failed on its first GPU
     run because the module recorded NCHW weights as channels_last=False while the batches stayed NHWC."""
-    model = ImageClassifier.from_config(Config(strategy="fsdp", image_size=32), GPU_LIKE, ["a", "b", "c"])
+    opts = ImageOptions(image_size=32)
+    model = ImageClassifier.from_config(Config(strategy="fsdp"), opts, GPU_LIKE, ["a", "b", "c"])
     datamodule = ImageDataModule(image_size=32, channels_last=GPU_LIKE.channels_last)
     shared = model.hparams.keys() & datamodule.hparams.keys()
     assert "channels_last" in shared

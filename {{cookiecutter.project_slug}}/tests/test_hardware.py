@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -10,10 +11,18 @@ from PIL import Image
 
 import train
 from {{ cookiecutter.package_name }}.engine import hardware
-from {{ cookiecutter.package_name }}.engine.cli import parse_args
-from {{ cookiecutter.package_name }}.engine.config import ConfigError
+from {{ cookiecutter.package_name }}.engine.cli import parse_run
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import decode_choice
 
 CPU = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]  # pinned: a bake may default to fsdp or fp16
+
+
+def parse_args(argv: list[str]) -> tuple[Config, ImageOptions]:
+    cfg, opts = parse_run(argv, ImageOptions, "the image classifier")
+    return cfg, opts
 
 
 @pytest.fixture
@@ -25,9 +34,9 @@ def sixteen_cpus(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_default_workers_are_all_cpus_but_one_with_no_cap_of_eight(sixteen_cpus: pytest.MonkeyPatch) -> None:
-    hw = hardware.resolve(parse_args(CPU))
+    hw = hardware.resolve(parse_args(CPU)[0])
     assert hw.num_workers == 15 and "workers/device=15" in hw.summary()
-    explicit = hardware.resolve(parse_args([*CPU, "--num-workers=3"]))
+    explicit = hardware.resolve(parse_args([*CPU, "--num-workers=3"])[0])
     assert explicit.num_workers == 3
 
 
@@ -46,7 +55,7 @@ def test_slurm_cpus_per_task_bound_each_task_and_are_shared_only_by_its_own_devi
     assert hardware.cpus_per_device(4) == 6
     sixteen_cpus.setenv("SLURM_NTASKS_PER_NODE", "1(x2)")  # one task per node drives 2 devices itself
     assert hardware.cpus_per_device(2) == 3
-    hw = hardware.resolve(parse_args(CPU))
+    hw = hardware.resolve(parse_args(CPU)[0])
     assert hw.num_workers == 5
 
 
@@ -64,7 +73,8 @@ def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs
     jpegs, pngs = write_folder(tmp_path / "j", ".jpg"), write_folder(tmp_path / "p", ".png")
 
     def choice(accelerator: str, *flags: str) -> str:
-        return hardware._decode(parse_args([*CPU, *flags]), accelerator)
+        _, opts = parse_args([*CPU, *flags])
+        return decode_choice(opts.decode, accelerator, opts.data, opts.data_dir)
 
     assert choice("cuda", "--data=folder", f"--data-dir={jpegs}") == "gpu"
     assert choice("cpu", "--data=folder", f"--data-dir={jpegs}") == "cpu"
@@ -79,9 +89,12 @@ def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs
 
 
 def test_the_summary_names_the_decoder(tmp_path: Path) -> None:
-    cfg = parse_args([*CPU, "--data=folder", f"--data-dir={tmp_path}"])
+    cfg, opts = parse_args([*CPU, "--data=folder", f"--data-dir={tmp_path}"])
     write_folder(tmp_path, ".jpg")
-    assert "decode=cpu" in hardware.resolve(cfg).summary()
+    hw = hardware.resolve(cfg)
+    assert TASK.resolve is not None
+    hw = dataclasses.replace(hw, choices=TASK.resolve(cfg, opts, hw))
+    assert "decode=cpu" in hw.summary()
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,10 @@ from torch import nn
 
 import train
 from {{ cookiecutter.package_name }}.engine.config import ConfigError
+from {{ cookiecutter.package_name }}.engine.trainer import block_types
 from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import schedules
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier, block_types, build_network
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
 
 SHAPES = ["circle", "square", "triangle", "cross", "ring", "diamond"]
 
@@ -92,7 +94,7 @@ def test_each_name_form_builds_and_keeps_fsdp_blocks_flops_layout_and_compile_wo
     assert model.net.state_dict()[head].shape[0] == 3, "the head has one output per class"
     assert head in model.head
     assert block in {t.__name__ for t in block_types(model.net)}, "FSDP shards and checkpoints one block at a time"
-    assert model._measure_flops(batch_size=2) > 0, "counted on the meta device"
+    assert model.count_flops(batch_size=2) > 0, "counted on the meta device"
     convs = [m.weight for m in model.net.modules() if isinstance(m, nn.Conv2d)]
     assert convs and all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)
     x = (torch.rand(2, 3, 32, 32) * 255).contiguous(memory_format=torch.channels_last)

@@ -51,7 +51,9 @@ def test_tensors_are_read_only_on_logging_steps_and_throughput_is_logged_there(
 ) -> None:
     counter = CountReads()
     build_callbacks = trainer_module.build_callbacks
-    monkeypatch.setattr(trainer_module, "build_callbacks", lambda cfg: [counter, *build_callbacks(cfg)])
+    monkeypatch.setattr(
+        trainer_module, "build_callbacks", lambda *args, **kwargs: [counter, *build_callbacks(*args, **kwargs)]
+    )
     monkeypatch.setattr(torch.optim, "AdamW", FusedAdamW)
     for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
         monkeypatch.setattr(torch.Tensor, name, _counted(getattr(torch.Tensor, name), counter))

@@ -18,7 +18,8 @@ from trained_model import run_script, trained_checkpoint
 
 import predict
 from {{ cookiecutter.package_name }}.engine import hardware
-from {{ cookiecutter.package_name }}.engine.config import PredictConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification import decoding
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import PredictConfig
 from {{ cookiecutter.package_name }}.tasks.image_classification.inference import (
     REQUIRED_HPARAMS,
     Predictor,
@@ -170,16 +171,16 @@ def test_auto_decodes_the_inputs_on_the_gpu_only_with_cuda_torchcodec_and_mostly
     pngs = [Path(f"scan{i}.png") for i in range(3)] + [Path("photo.jpg")]
 
     def choice(accelerator: str, images: list[Path], decode: str = "auto") -> str:
-        cfg = PredictConfig(inputs=("x",), checkpoint="x.ckpt", decode=decode).training_config()
-        return hardware._decode(cfg, accelerator, images)
+        cfg = PredictConfig(inputs=("x",), checkpoint="x.ckpt", decode=decode)
+        return decoding.decode_choice(cfg.decode, accelerator, images=images)
 
-    monkeypatch.setattr(hardware, "torchcodec_available", lambda: True)
+    monkeypatch.setattr(decoding, "torchcodec_available", lambda: True)
     assert choice("cuda", jpegs) == "gpu"
     assert choice("cuda", pngs) == "cpu", "mostly PNGs: nvJPEG cannot take them"
     assert choice("cpu", jpegs) == "cpu"
     assert choice("cuda", jpegs, decode="cpu") == "cpu"
     assert choice("cuda", pngs, decode="gpu") == "gpu", "asked for: the PNGs then fall back to the CPU per sample"
-    monkeypatch.setattr(hardware, "torchcodec_available", lambda: False)
+    monkeypatch.setattr(decoding, "torchcodec_available", lambda: False)
     assert choice("cuda", jpegs) == "cpu"
 
 
@@ -206,11 +207,15 @@ def test_bytes_batches_are_decoded_in_predict_step_as_the_workers_decode_and_an_
     classifier = load_classifier(str(checkpoint)).eval()
     predictor = Predictor(classifier, top_k=3, paths=paths)
     cfg = PredictConfig(inputs=("x",), checkpoint=str(checkpoint), accelerator="cpu", precision="32-true")
-    hw = hardware.resolve(cfg.training_config(), images=paths)
-    assert hw.decode == "cpu", "auto on a CPU; the bytes path is asked for below"
+    hw = hardware.resolve(cfg.training_config())
+    assert decoding.decode_choice(cfg.decode, hw.accelerator, images=paths) == "cpu", (
+        "auto on a CPU; the bytes path is asked for below"
+    )
     results = {}
     for decode in ("cpu", "gpu"):
-        loader = predict_loader(paths, classifier.hparams, dataclasses.replace(hw, decode=decode, num_workers=0), 4)
+        loader = predict_loader(
+            paths, classifier.hparams, dataclasses.replace(hw, choices={"decode": decode}, num_workers=0), 4
+        )
         rows: list[tuple[int, list[float]]] = []
         warned = pytest.warns(UserWarning, match=f"skipping unreadable image {re.escape(str(bad))}")
         with torch.inference_mode(), warned:

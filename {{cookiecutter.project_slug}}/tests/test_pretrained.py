@@ -11,6 +11,7 @@ from torch import nn
 
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.engine.hardware import Hardware
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
 CPU = Hardware("cpu", 1, 1, "32-true", False, False, False, 0, False, "CPU")
@@ -21,8 +22,8 @@ def test_a_weights_file_fills_every_backbone_tensor_and_the_head_is_new(
     suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     saved = imagenet_like_resnet18(tmp_path / f"weights{suffix}")
-    cfg = Config(model="resnet18", pretrained=str(tmp_path / f"weights{suffix}"), image_size=32, strategy="auto")
-    model = ImageClassifier.from_config(cfg, CPU, ["a", "b", "c"])
+    opts = ImageOptions(model="resnet18", pretrained=str(tmp_path / f"weights{suffix}"), image_size=32)
+    model = ImageClassifier.from_config(Config(strategy="auto"), opts, CPU, ["a", "b", "c"])
     loaded = model.net.state_dict()
     assert set(loaded) == set(saved)
     for name in saved:
@@ -49,7 +50,8 @@ def test_weights_of_another_architecture_or_no_weights_file_are_refused(
     imagenet_like_resnet18(tmp_path / "resnet18.pt")
     (tmp_path / "notes.txt").write_text("not weights")
     with pytest.raises(ConfigError, match=message):
-        ImageClassifier.from_config(Config(model=model, pretrained=str(tmp_path / file)), CPU, ["a", "b"])
+        opts = ImageOptions(model=model, pretrained=str(tmp_path / file))
+        ImageClassifier.from_config(Config(), opts, CPU, ["a", "b"])
 
 
 @pytest.mark.parametrize(

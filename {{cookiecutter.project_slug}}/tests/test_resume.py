@@ -24,7 +24,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 import train
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.resume import ResumableLoader, SkippingBatchSampler
+from {{ cookiecutter.package_name }}.engine.loaders import ResumableLoader, SkippingBatchSampler
 from {{ cookiecutter.package_name }}.engine.trainer import build_trainer
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
 
@@ -129,8 +129,8 @@ class Scorer(L.LightningModule):
         logits = self.net(batch[0])
         self.val_loss.update(F.cross_entropy(logits, batch[1]))
         self.val_acc.update(logits, batch[1])
-        self.log("val/loss", self.val_loss)
-        self.log("val/acc", self.val_acc)  # what the engine's ModelCheckpoint monitors
+        self.log("val/loss", self.val_loss)  # what the engine's ModelCheckpoint monitors without a task
+        self.log("val/acc", self.val_acc)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.global_step % 4 == 0:  # 16 samples or more: every class is in, as an AUROC needs

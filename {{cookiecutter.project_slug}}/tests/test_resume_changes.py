@@ -23,6 +23,8 @@ from PIL import Image
 
 from {{ cookiecutter.package_name }}.engine.config import Config
 from {{ cookiecutter.package_name }}.engine.resume_changes import FREE, GLOBAL_BATCH, HONOURED, OWN_CHECK, REFUSED
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
 
 # 64 training images in batches of 4, two per step: 16 batches and 8 optimizer steps an epoch
 STEPS_PER_EPOCH = 8
@@ -103,6 +105,9 @@ def files(folder: Path) -> dict[Path, tuple[int, int]]:
 def test_every_option_is_refused_honoured_or_free_on_resume() -> None:
     groups = [*REFUSED, *HONOURED, *GLOBAL_BATCH, *OWN_CHECK, *FREE]
     assert sorted(groups) == sorted(f.name for f in dataclasses.fields(Config))  # each once, none left out
+    # the image task's own: an unlisted one would be refused by default, but each is placed on purpose
+    task_groups = [*TASK.refused_on_resume, *TASK.honoured_on_resume, *TASK.free_on_resume]
+    assert sorted(task_groups) == sorted(f.name for f in dataclasses.fields(ImageOptions))
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ SIGNALS_ITSELF = """
 import os, signal, sys
 import lightning as L
 import train
-from {package} import trainer as trainer_module
+from {package}.engine import trainer as trainer_module
 
 class SigtermInValidation(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
@@ -28,7 +28,7 @@ class SigtermInValidation(L.Callback):
             os.killpg(os.getpgid(0), signal.SIGTERM)
 
 build_callbacks = trainer_module.build_callbacks
-trainer_module.build_callbacks = lambda cfg: [*build_callbacks(cfg), SigtermInValidation()]
+trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SigtermInValidation()]
 train.main(sys.argv[1:])
 """
 
@@ -47,7 +47,7 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     script = tmp_path / "signals_itself.py"
-    package = next((ROOT / "src").glob("*/config.py")).parent.name
+    package = next((ROOT / "src").glob("*/engine/config.py")).parents[1].name
     script.write_text(SIGNALS_ITSELF.format(package=package))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     stopped = subprocess.run(

@@ -17,7 +17,7 @@ from probes import CPU_AND_GPU, fit, network
 from torch import Tensor, nn
 from torch._dynamo.utils import counters
 
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import build_network
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
 
 
 class CompileRecorder(L.Callback):

@@ -17,15 +17,15 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.fabric.utilities.throughput import get_available_flops
 
 from ..engine.config import Config
 from ..engine.hardware import Hardware, apply_backend_flags, resolve
 from ..engine.monitors import HALF
-from ..engine.trainer import build_callbacks, build_trainer
+from ..engine.trainer import measuring_trainer
+from ..tasks.image_classification.config import ImageOptions
 from ..tasks.image_classification.data import ImageDataModule
-from ..tasks.image_classification.module import ImageClassifier, build_network
+from ..tasks.image_classification.module import ImageClassifier
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class Spec:
     def window(self) -> int:
         return max(1, self.steps // 5)
 
-    def config(self, setting: Setting, output_dir: Path) -> Config:
+    def config(self, setting: Setting, output_dir: Path) -> tuple[Config, ImageOptions]:
+        options = ImageOptions(model=self.model, image_size=self.image_size)
         return Config(
             accelerator=self.device,
             devices="1",
@@ -64,15 +65,13 @@ class Spec:
             tf32=setting.tf32,
             channels_last=setting.channels_last,
             compile=setting.compile,
-            model=self.model,
-            image_size=self.image_size,
             batch_size=self.batch_size,
             num_workers=None,  # the default, which only the folder runs use: DeviceBatches need no workers
             max_epochs=1,
             max_steps=self.warmup + self.steps,
             logger="tensorboard",
             output_dir=str(output_dir),
-        )
+        ), options
 
 
 @dataclass
@@ -154,15 +153,15 @@ class _ClockCallback(L.Callback):
         self.clock.tick(batch_idx + 1)
 
 
-def _prepare(spec: Spec, setting: Setting, output_dir: Path) -> tuple[Config, Hardware]:
-    cfg = spec.config(setting, output_dir)
+def prepare(spec: Spec, setting: Setting, output_dir: Path) -> tuple[Config, ImageOptions, Hardware]:
+    cfg, opts = spec.config(setting, output_dir)
     hw = resolve(cfg)
     apply_backend_flags(cfg)
     torch.compiler.reset()  # every setting compiles from scratch, not on top of the last one's guards
     if spec.device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    return cfg, hw
+    return cfg, opts, hw
 
 
 def run_lightning(
@@ -173,7 +172,7 @@ def run_lightning(
 
     With `folder`, the batches come from the JPEGs there through the real loader (default worker count), decoded
     by `decode` ("cpu" or "gpu"): real-data speed, end to end. Without, from DeviceBatches: the training alone."""
-    cfg, hw = _prepare(spec, setting, output_dir)
+    cfg, opts, hw = prepare(spec, setting, output_dir)
     data: ImageDataModule
     if folder is None:
         data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
@@ -189,28 +188,17 @@ def run_lightning(
             channels_last=hw.channels_last,
             decode=decode,
         )
-    model = ImageClassifier.from_config(cfg, hw, [f"class{i}" for i in range(spec.num_classes)])
+    model = ImageClassifier.from_config(cfg, opts, hw, [f"class{i}" for i in range(spec.num_classes)])
     clock = Clock(spec)
-    callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
-    trainer = build_trainer(
-        cfg,
-        hw,
-        callbacks=[*callbacks, _ClockCallback(clock)],
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
+    trainer = measuring_trainer(cfg, hw, None, [_ClockCallback(clock)], enable_model_summary=False)
     trainer.fit(model, datamodule=data)
     return clock.timing()
 
 
 def flops_per_batch(spec: Spec) -> int:
-    """Forward and backward FLOPs of one batch, counted on the meta device: nothing allocated, nothing computed."""
-    with torch.device("meta"):
-        net = build_network(spec.model, spec.num_classes, spec.image_size)
-        x = torch.empty(spec.batch_size, 3, spec.image_size, spec.image_size)
-    return measure_flops(net, lambda: net(x), lambda out: out.sum())
+    """Forward and backward FLOPs of one batch, counted as the training run counts them (EngineModule)."""
+    model = ImageClassifier(spec.model, [f"class{i}" for i in range(spec.num_classes)], spec.image_size)
+    return model.count_flops(spec.batch_size)
 
 
 def peak_flops(spec: Spec, setting: Setting, peak_tflops: float | None) -> float | None:

@@ -20,7 +20,26 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
+from .config import ConfigError
 from .files import partial_path
+
+
+def last_path(output_dir: str | Path) -> Path:
+    """The checkpoint every run keeps up to date (after each epoch, every --checkpoint-every, on a stop signal)."""
+    return Path(output_dir) / "checkpoints" / "last.ckpt"
+
+
+def resume_path(output_dir: str, resume: str | None) -> str | None:
+    """The checkpoint --resume names: 'last', 'auto' (None when there is none yet), or a path."""
+    if resume is None:
+        return None
+    if resume == "auto":  # hpc_ckpt_N.ckpt: what Lightning saves when SLURM warns of preemption with SIGUSR1
+        found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.is_file, [last_path(output_dir)])]
+        return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+    path = last_path(output_dir) if resume == "last" else Path(resume)
+    if not path.is_file():
+        raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
+    return str(path)
 
 
 class CheckpointSpaceError(OSError):

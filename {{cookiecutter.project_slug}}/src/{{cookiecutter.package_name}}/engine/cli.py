@@ -1,4 +1,5 @@
-"""Flags and YAML files, both generated from the `Config` dataclass so they can never drift from it."""
+"""Flags and YAML files, both generated from the options dataclasses (the engine's `Config` and the task's) so they can
+never drift from them."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
+def note(message: str) -> None:
+    """One line for something that could not be measured or set up, while the run goes on without it."""
+    print(f"note: {message}", flush=True)
+
+
 def _converter(annotation: Any) -> Callable[[str], Any]:
     """str -> value for a field's type; `X | None` also accepts 'none', and 'auto' for the unset default of a number.
 
@@ -53,15 +59,12 @@ def _converter(annotation: Any) -> Callable[[str], Any]:
     return convert
 
 
-TRAIN = "Train the image classifier. Flags override --config; every default is shown with its reason."
-
-
-def build_parser(schema: type = Config, prog: str = "train.py", description: str = TRAIN) -> argparse.ArgumentParser:
-    """Flags for each field of the dataclass `schema` (Config for train.py; predict.py and export.py have their own)."""
+def build_parser(*schemas: type, prog: str, description: str) -> argparse.ArgumentParser:
+    """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options)."""
     parser = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as in config.py)")
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
+    parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as the flags, with _)")
+    hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}
+    for f in (f for schema in schemas for f in dataclasses.fields(schema)):
         if f.metadata["positional"]:  # e.g. predict.py's INPUT...: one or more values
             parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
             continue
@@ -80,7 +83,7 @@ def build_parser(schema: type = Config, prog: str = "train.py", description: str
     return parser
 
 
-def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
+def load_yaml(path: str, *schemas: type) -> dict[str, Any]:
     """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
@@ -93,8 +96,8 @@ def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
         fail(f"--config: {where}: {err.problem or err.context} (not valid YAML)")
     if not isinstance(data, dict):
         fail(f"--config: {path} must hold a mapping of option: value")
-    hints = typing.get_type_hints(schema)
-    defaults = {f.name: f.default for f in dataclasses.fields(schema)}
+    hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}
+    defaults = {f.name: f.default for schema in schemas for f in dataclasses.fields(schema)}
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -114,23 +117,35 @@ def load_yaml(path: str, schema: type = Config) -> dict[str, Any]:
     return values
 
 
-def parse_args(argv: Sequence[str] | None = None) -> Config:
-    """train.py's options: flags override the --config file, which overrides the dataclass defaults."""
-    return parse_options(argv, Config)
+def parse_run(argv: Sequence[str] | None, options: type[Any], task: str) -> tuple[Config, Any]:
+    """train.py's options, the engine's and the task's: flags override the --config file, which overrides the
+    defaults. `task`: what --help says is trained."""
+    description = f"Train {task}. Flags override --config; every default is shown with its reason."
+    args = _parse(argv, (Config, options), prog="train.py", description=description)
+    own = {f.name for f in dataclasses.fields(options)}
+    try:
+        return Config(**{k: v for k, v in args.items() if k not in own}), options(**{k: args[k] for k in own})
+    except ConfigError as err:
+        fail(str(err))
 
 
-def parse_options(argv: Sequence[str] | None, schema: type[T], **parser_options: str) -> T:
-    """Options of the dataclass `schema` (Config, PredictConfig, ...), checked by its __post_init__."""
-    parser = build_parser(schema, **parser_options)
-    config_file = _peek_config(argv)
-    if config_file:
-        parser.set_defaults(**load_yaml(config_file, schema))
-    args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
-    args.pop("config")
+def parse_options(argv: Sequence[str] | None, schema: type[T], prog: str, description: str) -> T:
+    """Options of the dataclass `schema` (predict.py's, export.py's), checked by its __post_init__."""
+    args = _parse(argv, (schema,), prog=prog, description=description)
     try:
         return schema(**args)
     except ConfigError as err:
         fail(str(err))
+
+
+def _parse(argv: Sequence[str] | None, schemas: tuple[type, ...], prog: str, description: str) -> dict[str, Any]:
+    parser = build_parser(*schemas, prog=prog, description=description)
+    config_file = _peek_config(argv)
+    if config_file:
+        parser.set_defaults(**load_yaml(config_file, *schemas))
+    args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
+    args.pop("config")
+    return args
 
 
 def _peek_config(argv: Sequence[str] | None) -> str | None:
@@ -139,6 +154,7 @@ def _peek_config(argv: Sequence[str] | None) -> str | None:
     return peek.parse_known_args(argv)[0].config
 
 
-def save_yaml(cfg: Config, path: Path) -> None:
+def save_yaml(values: dict[str, Any], path: Path) -> None:
+    """The options of a run, as --config reads them back."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    path.write_text(yaml.safe_dump(values, sort_keys=False))

@@ -1,4 +1,5 @@
-"""Every option of a run, its default and why: the single source of the CLI, the YAML files and the saved hparams.
+"""The engine's options of a run, each with its default and why: with the task's own options dataclass, the single
+source of the CLI, the YAML files and the saved hparams.
 
 This module imports neither torch nor lightning, so `train.py --help` and bad flags answer at once.
 """
@@ -18,9 +19,6 @@ STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
-DATA_SOURCES = ("synthetic", "cifar10", "folder")
-DECODERS = ("auto", "cpu", "gpu")
-MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage sees less than a pixel
 NAME_MAX, PATH_MAX = 255, 4095  # bytes in a file or folder name, and in a whole path, on Linux
 LOGGERS = ("tensorboard", "csv"{% if cookiecutter.logger in ["wandb", "mlflow"] %}, "{{ cookiecutter.logger }}"{% endif %})
 
@@ -64,29 +62,11 @@ class Config:
     sync_batchnorm: bool = opt(False, "share BatchNorm statistics across GPUs: for small per-device batches")
     fsdp_sharding: str = opt("FULL_SHARD", "FSDP: what to shard (params+grads+optimizer = FULL_SHARD)", FSDP_SHARDING)
     activation_checkpointing: bool = opt(False, "FSDP: recompute block activations in backward to save memory")
-    # --- data ------------------------------------------------------------------------------
-    data: str = opt("synthetic", "synthetic: generated, no download; folder: your images", DATA_SOURCES)
-    data_dir: str = opt("data", "where cifar10 is downloaded, or the folder with train/ val/ [test/]")
-    image_size: int = opt(64, "side of the square images fed to the network")
-    train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
+    # --- data loading ------------------------------------------------------------------------
     batch_size: int = opt(128, "per device; the global batch is this x devices x nodes x accumulation")
     auto_batch_size: bool = opt(False, "first find the largest --batch-size that fits in memory; one device only")
     num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1 (SLURM-aware)")
-    decode: str = opt(
-        "auto",
-        "folder JPEGs: gpu = nvJPEG in batches, workers only read bytes; auto = gpu with CUDA + TorchCodec",
-        DECODERS,
-    )
-    # --- model and optimisation --------------------------------------------------------------
-    model: str = opt("resnet18", "a torchvision classifier (resnet50), or timm/<name> (timm/convnext_tiny.fb_in22k)")
-    pretrained: str | None = opt(
-        None,
-        "start from pretrained weights: alone = the model's default ones (downloaded once, then cached); "
-        "or a .pt/.pth/.safetensors state_dict file",
-        const="default",
-    )
-    backbone_lr_scale: float = opt(0.1, "with --pretrained: backbone peak LR = --lr x this; the new head's = --lr")
-    freeze_epochs: int = opt(1, "with --pretrained: epochs training only the new head (backbone, its BatchNorm frozen)")
+    # --- optimisation ------------------------------------------------------------------------
     ema: bool = opt(False, "validate and checkpoint an exponential moving average of the weights")
     ema_decay: float = opt(0.999, "--ema: the old average's weight per step; it spans about 1/(1-decay) steps")
     lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
@@ -116,21 +96,14 @@ class Config:
     profile: bool = opt(False, "profile 5 steps after warm-up and stop; trace and kernel table in <output-dir>/profile")
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.metadata["choices"] and value not in f.metadata["choices"]:
-                raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
+        check_choices(self)
         parse_devices(self.devices)
-        for name in ("data_dir", "output_dir", "resume", "pretrained"):
+        for name in ("output_dir", "resume"):
             check_path(name, getattr(self, name))
-        positive = ("num_nodes", "train_samples", "batch_size", "max_epochs", "accumulate_grad_batches")
+        positive = ("num_nodes", "batch_size", "max_epochs", "accumulate_grad_batches")
         for name in (*positive, "log_every_n_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be a positive integer, got {getattr(self, name)}")
-        if not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
-            raise ConfigError(
-                "image_size", f"must be from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} px, got {self.image_size}"
-            )
         if not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"must be from 0 to {2**32 - 1} (what NumPy can seed), got {self.seed}")
         cpus = usable_cpus()
@@ -159,6 +132,18 @@ class Config:
         if self.weight_decay < 0 or self.gradient_clip_val < 0:
             bad = "weight_decay" if self.weight_decay < 0 else "gradient_clip_val"
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
+        if self.ema and not 0 < self.ema_decay < 1:
+            raise ConfigError("ema_decay", f"must be between 0 and 1 (0.999 is usual), got {self.ema_decay}")
+        if self.ema and self.strategy == "fsdp":
+            raise ConfigError("ema", "keeps a whole copy of the model on every device, which FSDP exists to avoid")
+
+
+def check_choices(options: Any) -> None:
+    """Every field of an options dataclass whose `opt` lists choices holds one of them."""
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.metadata["choices"] and value not in f.metadata["choices"]:
+            raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
 
 
 def check_path(option: str, value: str | None) -> None:
@@ -214,83 +199,3 @@ def parse_devices(value: str) -> int | list[int] | str:
     except ValueError:
         pass
     raise ConfigError("devices", f"expected 'auto', a positive count or distinct GPU ids like '0,1'; got {value!r}")
-
-
-# --- predict.py and export.py: their options, in the same form; the hardware ones are train.py's own ------------
-OUTPUT_SUFFIXES = (".csv", ".jsonl")
-EXPORT_FORMATS = ("onnx", "torch-export")
-HARDWARE_OPTIONS = ("accelerator", "devices", "precision", "compile", "compile_mode", "channels_last", "tf32")
-
-
-def as_in_training(name: str) -> Any:
-    """Config's field, default and reason included, so predict.py resolves the hardware exactly as train.py does."""
-    return field(default=Config.__dataclass_fields__[name].default, metadata=Config.__dataclass_fields__[name].metadata)
-
-
-def _check_choices(options: Any) -> None:
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        if f.metadata["choices"] and value not in f.metadata["choices"]:
-            raise ConfigError(f.name, f"{value!r} is not one of: {', '.join(f.metadata['choices'])}")
-
-
-@dataclass
-class PredictConfig:
-    inputs: tuple[str, ...] = opt((), "images, folders (searched recursively), text files of paths", positional=True)
-    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
-    output: str = opt("predictions.csv", "one row per image; .csv or .jsonl, chosen by the suffix")
-    top_k: int = opt(5, "most probable classes listed per image; capped at the number of classes")
-    batch_size: int = opt(128, "images per device per step")
-    num_workers: int | None = opt(None, "loader processes per device; unset = CPUs per device - 1 (SLURM-aware)")
-    decode: str = opt(
-        "auto",
-        "gpu = nvJPEG in batches on the device, workers only read bytes; auto = gpu with CUDA + TorchCodec and "
-        "mostly JPEG inputs",
-        DECODERS,
-    )
-    accelerator: str = as_in_training("accelerator")
-    devices: str = as_in_training("devices")
-    precision: str = as_in_training("precision")
-    compile: bool | None = as_in_training("compile")
-    compile_mode: str = as_in_training("compile_mode")
-    channels_last: bool = as_in_training("channels_last")
-    tf32: bool = as_in_training("tf32")
-
-    def __post_init__(self) -> None:
-        _check_choices(self)
-        self.inputs = tuple(self.inputs)
-        if not self.checkpoint:
-            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
-        for name in ("checkpoint", "output"):
-            check_path(name, getattr(self, name))
-        if not self.output.endswith(OUTPUT_SUFFIXES):
-            raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
-        for name in ("top_k", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be 1 or more, got {getattr(self, name)}")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
-
-    def training_config(self) -> Config:
-        """The hardware options as train.py's Config, for hardware.resolve and the Trainer it builds."""
-        chosen = {name: getattr(self, name) for name in HARDWARE_OPTIONS}
-        # One process per device at most, no FSDP (nothing to shard for inference), no tracker to start.
-        chosen.update(batch_size=self.batch_size, num_workers=self.num_workers, decode=self.decode)
-        return Config(**chosen, strategy="auto", logger="csv")
-
-
-@dataclass
-class ExportConfig:
-    checkpoint: str = opt("", "a .ckpt from train.py: it carries the class names and the preprocessing")
-    format: str = opt("onnx", "onnx: ONNX Runtime and most servers; torch-export: a .pt2 for PyTorch", EXPORT_FORMATS)
-    output: str | None = opt(None, "unset = the checkpoint's path with .onnx or .pt2")
-    tolerance: float = opt(1e-3, "largest accepted |logit difference| from PyTorch, times max(1, largest |logit|)")
-
-    def __post_init__(self) -> None:
-        _check_choices(self)
-        if not self.checkpoint:
-            raise ConfigError("checkpoint", "required: a .ckpt written by train.py, e.g. outputs/checkpoints/last.ckpt")
-        for name in ("checkpoint", "output"):
-            check_path(name, getattr(self, name))
-        if not self.tolerance > 0:
-            raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")

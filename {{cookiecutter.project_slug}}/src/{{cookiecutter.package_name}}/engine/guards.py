@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError, non_finite_tensors
+from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError, last_path, non_finite_tensors
 from .cli import fail
 from .config import Config, ConfigError
 from .resume import StopOnSignal
@@ -100,7 +100,9 @@ def check_same_network(path: Path, checkpoint: dict[str, Any], model: L.Lightnin
     )
 
 
-def check_enough_data(datamodule: L.LightningDataModule, batch_size: int, world_size: int) -> None:
+def check_enough_data(
+    datamodule: L.LightningDataModule, batch_size: int, world_size: int, unit: str = "samples"
+) -> None:
     """A training set smaller than one batch per device trains nothing (drop_last) and would still exit 0."""
     datamodule.setup("fit")
     size = len(datamodule.train_dataloader().dataset)  # type: ignore[arg-type]
@@ -108,8 +110,8 @@ def check_enough_data(datamodule: L.LightningDataModule, batch_size: int, world_
         per = f" over {world_size} devices" if world_size > 1 else ""
         raise ConfigError(
             "batch_size",
-            f"{batch_size} is more than the {size} training images{per}: nothing would "
-            f"be trained; use --batch-size {max(1, size // world_size)} or less, or more images",
+            f"{batch_size} is more than the {size} training {unit}{per}: nothing would "
+            f"be trained; use --batch-size {max(1, size // world_size)} or less, or more {unit}",
         )
 
 
@@ -173,14 +175,17 @@ def scale_batch_size(trainer: L.Trainer, model: L.LightningModule, datamodule: L
 
 
 @contextmanager
-def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule) -> Iterator[None]:
-    """Turns the failures of a started run into one line: what happened, where, and what to try."""
+def explain_failures(
+    cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule, unit: str = "samples"
+) -> Iterator[None]:
+    """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
+    samples (images), for the out-of-memory line."""
     try:
         yield
     except ConfigError as err:
         fail(str(err))
     except (NonFiniteLossError, NonFiniteWeightsError) as err:
-        last = Path(cfg.output_dir, "checkpoints", "last.ckpt")
+        last = last_path(cfg.output_dir)
         kept = f"the last good checkpoint {last} is untouched" if last.is_file() else "no checkpoint was written"
         # A fresh start: a resumed run would continue the saved optimizer and schedule
         fail(
@@ -190,9 +195,9 @@ def explain_failures(cfg: Config, trainer: L.Trainer, datamodule: L.LightningDat
             code=1,
         )
     except torch.OutOfMemoryError:
-        size = datamodule.hparams["batch_size"]
+        size = datamodule.hparams.get("batch_size", cfg.batch_size)
         fail(
-            f"--batch-size: out of memory with {size} images of {cfg.image_size} px per device ({cfg.model}); "
+            f"--batch-size: out of memory with {size} {unit} per device; "
             f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
             f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
             code=1,

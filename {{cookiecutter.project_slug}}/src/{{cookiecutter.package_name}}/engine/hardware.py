@@ -6,19 +6,12 @@ changes global torch state.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from multiprocessing.context import BaseContext
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 
-from ..tasks.image_classification.decoding import torchcodec_available
 from .config import Config, ConfigError, parse_devices, usable_cpus
-from .resume import ignore_stop_signals
 
 
 @dataclass(frozen=True)
@@ -33,13 +26,15 @@ class Hardware:
     num_workers: int
     cudnn_benchmark: bool
     device_name: str
-    decode: str = "cpu"  # where --data folder images are decoded: "cpu" (loader workers) or "gpu" (nvJPEG)
+    # the task's own device choices (the image task's --decode), printed with the rest
+    choices: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         return (
             f"hardware: {self.device_name} x{self.world_size} | precision={self.precision} compile={self.compile} "
             f"channels_last={self.channels_last} pin_memory={self.pin_memory} workers/device={self.num_workers} "
-            f"decode={self.decode} cudnn.benchmark={self.cudnn_benchmark}"
+            + "".join(f"{key}={value} " for key, value in self.choices.items())
+            + f"cudnn.benchmark={self.cudnn_benchmark}"
         )
 
 
@@ -58,64 +53,6 @@ def cpus_per_device(local_devices: int) -> int:
         if tasks.isdigit() and int(tasks) >= local_devices:
             return cpus
     return max(1, cpus // max(local_devices, 1))
-
-
-def worker_context() -> BaseContext | None:
-    """How loader workers start: forked, unless CUDA is already initialised in this process.
-
-    A forked child inherits every object of the parent, CUDA tensors included (a model moved to the GPU, batches
-    cached on it, the benchmark's earlier settings awaiting garbage collection). When the child's garbage collector
-    frees one, the CUDA caching allocator runs in a process where CUDA cannot be initialised, and the worker dies
-    ("CUDA error: initialization error" from ~TensorImpl): what killed bench.py's loader benchmark on an H100. Making
-    sure nothing CUDA is reachable is not possible in general (Lightning moves the model to the GPU before it builds
-    the loaders), so after CUDA is up the workers start from a clean forkserver process instead; they then receive
-    the dataset by pickling, which ImageFiles (paths) and TensorDataset (shared memory) make cheap."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return multiprocessing.get_context("forkserver")
-    return None
-
-
-def worker_options(num_workers: int) -> dict[str, Any]:
-    """DataLoader options of every loader of the project (training's and predict.py's): how many workers, how they
-    start (`worker_context`), and that they leave stop signals to the main process (`resume.ignore_stop_signals`)."""
-    context = worker_context() if num_workers > 0 else None
-    return dict(num_workers=num_workers, multiprocessing_context=context, worker_init_fn=ignore_stop_signals)
-
-
-def mostly_jpegs(names: Iterable[str], sample: int = 256) -> bool:
-    """Most of the first `sample` file names are JPEGs: what GPU decoding is for."""
-    seen = jpegs = 0
-    for name in names:
-        seen, jpegs = seen + 1, jpegs + name.lower().endswith((".jpg", ".jpeg"))
-        if seen >= sample:
-            break
-    return seen > 0 and 2 * jpegs > seen
-
-
-def holds_jpegs(train_dir: Path, sample: int = 256) -> bool:
-    """Most of the first `sample` files of the class folders are JPEGs."""
-    return mostly_jpegs((p.name for f in sorted(train_dir.iterdir()) if f.is_dir() for p in f.iterdir()), sample)
-
-
-def _decode(cfg: Config, accelerator: str, images: Sequence[str | Path] | None = None) -> str:
-    """Where images are decoded. `images`: predict.py's inputs, which take the place of the training folder."""
-    if cfg.decode == "cpu":
-        return "cpu"
-    if images is None and cfg.data != "folder":
-        if cfg.decode == "gpu":
-            raise ConfigError("decode", f"gpu decodes image files, which only --data folder reads, not {cfg.data}")
-        return "cpu"
-    if cfg.decode == "gpu" and accelerator != "cuda":
-        raise ConfigError("decode", f"gpu needs a CUDA GPU, not {accelerator}; use cpu or auto")
-    if cfg.decode == "gpu" and not torchcodec_available():
-        raise ConfigError("decode", "gpu needs TorchCodec, which is not installed here; pip install torchcodec, or cpu")
-    if cfg.decode == "gpu":
-        return "gpu"
-    if accelerator != "cuda" or not torchcodec_available():
-        return "cpu"
-    train = Path(cfg.data_dir) / "train"
-    jpegs = mostly_jpegs(str(p) for p in images) if images is not None else train.is_dir() and holds_jpegs(train)
-    return "gpu" if jpegs else "cpu"
 
 
 def _accelerator(cfg: Config) -> str:
@@ -165,8 +102,7 @@ def _precision(cfg: Config, accelerator: str) -> str:
     return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
 
 
-def resolve(cfg: Config, images: Sequence[str | Path] | None = None) -> Hardware:
-    """`images`: the files predict.py labels; `--decode auto` then looks at them instead of the training folder."""
+def resolve(cfg: Config) -> Hardware:
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
     world_size = local * cfg.num_nodes
@@ -192,7 +128,6 @@ def resolve(cfg: Config, images: Sequence[str | Path] | None = None) -> Hardware
         # Fixed input shapes (drop_last, square images) let cuDNN autotune once; determinism forbids autotuning.
         cudnn_benchmark=accelerator == "cuda" and not cfg.deterministic,
         device_name=torch.cuda.get_device_name() if accelerator == "cuda" else accelerator,
-        decode=_decode(cfg, accelerator, images),
     )
 
 

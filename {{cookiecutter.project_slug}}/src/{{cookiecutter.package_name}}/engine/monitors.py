@@ -24,12 +24,15 @@ HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 class LogStepThroughputMonitor(L.Callback):
     """Lightning's throughput meter timed on logging steps only: logs what ThroughputMonitor logs (train/time,
     train/device/samples_per_sec, train/device/mfu, ...), each rate over the steps since the previous logging step.
-    MFU needs the LightningModule's `flops_per_batch` and a GPU in Lightning's table of peak FLOPs."""
+    MFU needs the LightningModule's `flops_per_batch` and a GPU in Lightning's table of peak FLOPs. `length_fn`: items
+    per batch (tokens), which adds train/items_per_sec."""
 
-    def __init__(self, batch_size_fn: Callable[[Any], int], every_n_steps: int) -> None:
-        self.batch_size_fn, self.every_n_steps = batch_size_fn, every_n_steps
+    def __init__(
+        self, batch_size_fn: Callable[[Any], int], every_n_steps: int, length_fn: Callable[[Any], int] | None = None
+    ) -> None:
+        self.batch_size_fn, self.length_fn, self.every_n_steps = batch_size_fn, length_fn, every_n_steps
         self.meter: Throughput | None = None
-        self.samples = self.batches = self.batches_at_log = self.logged_step = 0
+        self.samples = self.items = self.batches = self.batches_at_log = self.logged_step = 0
         self.last_batch_end = 0.0
         self.started = self.paused = self.validation_started = 0.0
 
@@ -49,6 +52,7 @@ class LogStepThroughputMonitor(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self.samples += self.batch_size_fn(batch)
+        self.items += self.length_fn(batch) if self.length_fn else 0
         self.batches += 1
         self.last_batch_end = time.perf_counter()  # timing a queued (unfinished) GPU step: only for average_rate
         step = trainer.global_step  # counts optimizer steps, so accumulated batches log once
@@ -58,7 +62,8 @@ class LogStepThroughputMonitor(L.Callback):
             torch.cuda.synchronize()  # the clock is right only once the GPU has done what was queued
         flops = getattr(pl_module, "flops_per_batch", 0) * (self.batches - self.batches_at_log)
         elapsed = time.perf_counter() - self.started - self.paused
-        self.meter.update(time=elapsed, batches=self.batches, samples=self.samples, flops=flops)
+        lengths = self.items if self.length_fn else None
+        self.meter.update(time=elapsed, batches=self.batches, samples=self.samples, lengths=lengths, flops=flops)
         self.logged_step, self.batches_at_log = step, self.batches
         pl_module.log_dict({f"train/{k}": float(v) for k, v in self.meter.compute().items()})
 
@@ -137,8 +142,17 @@ class PlainProgress(ProgressBar):
         self._print(trainer, f"{self._epoch(trainer)}  batch {batches}  step {step}{shown}  {rate:.1f} batches/s")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
-        keep = ("train/loss", "train/acc", "val/loss", "val/acc")
-        shown = "  ".join(f"{k}={metrics[k]:.4f}" for k in keep if k in metrics)
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in epoch_metrics(trainer.callback_metrics).items())
         took = time.monotonic() - self.epoch_started
         self._print(trainer, f"{self._epoch(trainer)} done in {took:.0f} s, step {trainer.global_step}: {shown}")
+
+
+def epoch_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """The task's own train/ and val/ scalars (train/loss, val/acc, ...), loss first: the throughput meter's are not."""
+    counters = ("time", "batches", "samples", "lengths")
+    own = {
+        k: float(v)
+        for k, v in metrics.items()
+        if k.count("/") == 1 and k.startswith(("train/", "val/")) and not k.endswith(("_per_sec", *counters))
+    }
+    return dict(sorted(own.items(), key=lambda kv: (kv[0].startswith("val/"), not kv[0].endswith("/loss"), kv[0])))

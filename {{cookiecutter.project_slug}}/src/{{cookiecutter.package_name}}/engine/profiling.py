@@ -11,13 +11,12 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.profiler import ProfilerActivity
 
 from .config import Config
 from .hardware import Hardware
-from .trainer import build_callbacks, build_trainer
+from .trainer import measuring_trainer
 
 SKIP, WARMUP, ACTIVE = 5, 2, 5  # steps left out (compilation, cuDNN autotuning), profiler warm-up, steps recorded
 
@@ -68,18 +67,7 @@ def profile(
 ) -> dict[str, float]:
     """Train SKIP + WARMUP + ACTIVE steps with the usual callbacks, minus validation and checkpoints."""
     out = Path(cfg.output_dir) / "profile"
-    callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
-    trainer = build_trainer(
-        cfg,
-        hw,
-        wrap,
-        callbacks=[*callbacks, ProfileSteps(out)],
-        enable_checkpointing=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        max_epochs=-1,
-        max_steps=SKIP + WARMUP + ACTIVE,
-    )
+    trainer = measuring_trainer(cfg, hw, wrap, [ProfileSteps(out)], max_epochs=-1, max_steps=SKIP + WARMUP + ACTIVE)
     if trainer.is_global_zero:
         print(hw.summary())
     trainer.fit(model, datamodule=datamodule)

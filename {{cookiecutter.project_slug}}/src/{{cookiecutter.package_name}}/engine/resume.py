@@ -11,12 +11,9 @@ Lightning's checkpoints hold the weights, optimizer, scheduler and loop counters
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import threading
-from collections.abc import Iterator, Sized
-from itertools import islice
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,85 +25,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def ignore_stop_signals(worker_id: int) -> None:
-    """A loader worker's `worker_init_fn`: stop signals are the main process's to handle.
-
-    `timeout`, `scancel` and a terminal's hangup signal the whole process group. A worker killed by SIGTERM makes the
-    main process raise from inside whatever it was doing, before it can save; ignoring it, the worker runs on until
-    the main process has saved and shuts it down (or exits, which workers notice within seconds).
-    """
-    for signum in (*STOP_SIGNALS, signal.SIGUSR1):  # SIGUSR1: SLURM's pre-emption warning, handled by Lightning
-        signal.signal(signum, signal.SIG_IGN)
-    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning adds when a loader has no worker_init_fn
-        from lightning.fabric.utilities.seed import pl_worker_init_function
-
-        pl_worker_init_function(worker_id)
-
-
-class EpochShuffle(RandomSampler):
-    """A permutation that depends only on (seed, epoch), so a resumed run draws the order an uninterrupted one did.
-
-    Being a RandomSampler tells Lightning that the loader shuffles: with several devices it swaps in a
-    DistributedSampler, which is seeded by (seed, epoch) in the same way.
-    """
-
-    def __init__(self, data_source: Sized, seed: int) -> None:
-        super().__init__(data_source)
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:  # Lightning calls it at every epoch start
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
-
-
-class SkippingBatchSampler(BatchSampler):
-    """After a mid-epoch restore, passes over the batches already trained on, as indices only.
-
-    `skip` stays set until the loader has its first batch: DataLoader may start iterating the sampler more than once
-    before that (the worker iterator does so twice).
-    """
-
-    skip = 0
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return islice(super().__iter__(), self.skip, None)
-
-
-class ResumableLoader(DataLoader):
-    """A train loader that knows its place in the epoch; `ExactResume` saves and restores it with the checkpoint.
-
-    Build it with `batch_sampler=SkippingBatchSampler(...)` and a seeded `generator`: the generator is what seeds the
-    loader workers, so iterating never draws from the global RNG that the augmentation uses.
-    """
-
-    batches_done = 0
-
-    # A generator, so nothing is read before the first batch is asked for: after Lightning has set the epoch.
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        assert isinstance(self.batch_sampler, SkippingBatchSampler)
-        self.batches_done = self.batch_sampler.skip
-        for batch in super().__iter__():
-            self.batch_sampler.skip = 0  # this epoch's indices are drawn: the next epoch starts whole
-            self.batches_done += 1  # counted when handed out, so a checkpoint after step n says n
-            yield batch
-
-    def state_dict(self) -> dict[str, int]:
-        return {"batches_done": self.batches_done}
-
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        done = state_dict["batches_done"]
-        assert isinstance(self.batch_sampler, SkippingBatchSampler)
-        # A checkpoint taken after an epoch's last batch starts the next epoch whole.
-        self.batch_sampler.skip = done if done < len(self.batch_sampler) else 0
+from .loaders import STOP_SIGNALS, ResumableLoader
 
 
 def rng_state() -> dict[str, Any]:

@@ -11,25 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ..tasks.image_classification.finetune import param_groups
 from .config import Config, ConfigError
+from .module import EngineModule
+from .task import Task
 
 RECORD = "run_record"  # the checkpoint key of the options that trained it
 AFRESH = "or start afresh in another --output-dir"
 
-# What a change would silently alter, were it accepted
+# What a change would silently alter, were it accepted. A task's options are refused too unless it says otherwise.
 REFUSED = {
-    "model": "its weights are for that network",
-    "image_size": "its weights and BatchNorm statistics were learned at that size",
-    "pretrained": "it set the network's stem and the fine-tuning recipe",
-    "data": "its classes and images come from that source",
-    "train_samples": "the synthetic images and the epoch's length follow it",  # synthetic data only
-    "seed": "the shuffle order, the synthetic images and CIFAR-10's val split follow it",
+    "seed": "the shuffle order and any data made from the seed follow it",
     "ema": "with --ema its weights are the average, without it there is no average to continue",
     "strategy": "FSDP saves the optimizer state in another layout",  # only to or from fsdp
 }
@@ -40,14 +37,12 @@ HONOURED = {
     "max_epochs": SCHEDULE,
     "max_steps": SCHEDULE,
     "warmup_fraction": SCHEDULE,
-    "backbone_lr_scale": SCHEDULE,
-    "freeze_epochs": SCHEDULE,
     "ema_decay": "the average continues with it from the current step",
 }
 # Honoured while their product, the global batch, stays the same: the schedule and the epoch are counted in its steps
 GLOBAL_BATCH = ("batch_size", "accumulate_grad_batches", "devices", "num_nodes")
-# Checked on their own: the same classes and images (data_dir); not searched again (auto_batch_size)
-OWN_CHECK = ("data_dir", "auto_batch_size")
+# Checked on its own: not searched again
+OWN_CHECK = ("auto_batch_size",)
 # How the run computes, reports and saves, never what it learns: applied as given, without a word
 FREE = (
     "accelerator",
@@ -60,7 +55,6 @@ FREE = (
     "fsdp_sharding",
     "activation_checkpointing",
     "num_workers",
-    "decode",
     "gradient_clip_val",
     "deterministic",
     "output_dir",
@@ -71,12 +65,15 @@ FREE = (
     "fast_dev_run",
     "profile",
 )
+TASK_OPTION = "it is one of the task's options, which the checkpoint was trained with"
 
 
-def recorded_options(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The options that trained `checkpoint`; without a record (an older checkpoint), those its hparams hold."""
+def recorded_options(checkpoint: dict[str, Any], names: Collection[str] = ()) -> dict[str, Any]:
+    """The options that trained `checkpoint`; without a record (an older checkpoint), those of `names` (default: the
+    engine's) that its hparams hold."""
     hparams = {**(checkpoint.get("datamodule_hyper_parameters") or {}), **(checkpoint.get("hyper_parameters") or {})}
-    return {**{k: v for k, v in hparams.items() if k in Config.__dataclass_fields__}, **(checkpoint.get(RECORD) or {})}
+    known = {*Config.__dataclass_fields__, *names}
+    return {**{k: v for k, v in hparams.items() if k in known}, **(checkpoint.get(RECORD) or {})}
 
 
 def as_flag(name: str, value: Any) -> str:
@@ -95,41 +92,26 @@ def keep_batch_size(cfg: Config, checkpoint: dict[str, Any]) -> list[str]:
     return [f"--auto-batch-size is not searched again: the run continues with the checkpoint's --batch-size {saved}"]
 
 
-def check_changes(
-    checkpoint: dict[str, Any], cfg: Config, world_size: int, classes: list[str], images: int | None
-) -> list[str]:
-    """Refuse (ConfigError) a change that alters what the checkpoint means; else one line per honoured change.
-
-    `images`: the training images of folder data (None for the others, whose count follows --data or --train-samples).
-    """
-    old, new = recorded_options(checkpoint), dataclasses.asdict(cfg)
-    for name, why in REFUSED.items():
+def check_changes(checkpoint: dict[str, Any], cfg: Config, opts: Any, task: Task, world_size: int) -> list[str]:
+    """Refuse (ConfigError) a change that alters what the checkpoint means; else one line per honoured change."""
+    new = {**dataclasses.asdict(cfg), **dataclasses.asdict(opts)}
+    old = recorded_options(checkpoint, new)
+    own = [f.name for f in dataclasses.fields(opts)]
+    refused = {**REFUSED, **task.refused_on_resume}
+    refused |= {n: TASK_OPTION for n in own if n not in {*refused, *task.honoured_on_resume, *task.free_on_resume}}
+    for name, why in refused.items():
         before, after = old.get(name, new[name]), new[name]
         if name == "strategy" and (before == "fsdp") == (after == "fsdp"):
             continue
-        if before != after and (name != "train_samples" or cfg.data == "synthetic"):
+        if before != after:
             raise ConfigError(
                 name,
                 f"the checkpoint was trained with {before}, not {after}; {why}: resume with "
                 f"{as_flag(name, before)}, {AFRESH}",
             )
-    saved_classes = list((checkpoint.get("hyper_parameters") or {}).get("class_names", classes))
-    if saved_classes != list(classes):
-        raise ConfigError(
-            "data_dir",
-            f"the checkpoint was trained with the classes {', '.join(saved_classes)}, not "
-            f"{', '.join(classes)}; its outputs are those classes in that order: resume with the data it was trained "
-            f"on, {AFRESH}",
-        )
-    if images is not None and old.get("train_images", images) != images:
-        raise ConfigError(
-            "data_dir",
-            f"the checkpoint was trained with {old['train_images']} training images, not {images}; the "
-            f"epoch's order and length follow them: resume with the same images, {AFRESH}",
-        )
     notes = [
         f"{as_flag(name, new[name])} instead of the checkpoint's {old[name]}: {why}"
-        for name, why in HONOURED.items()
+        for name, why in {**HONOURED, **task.honoured_on_resume}.items()
         if old.get(name, new[name]) != new[name]
     ]
     return notes + check_global_batch(old, cfg, world_size)
@@ -170,13 +152,14 @@ class RunRecord(Callback):
     dictionary, so what is changed here is what they restore.
     """
 
-    def __init__(self, cfg: Config, world_size: int) -> None:
-        self.cfg, self.world_size = cfg, world_size
+    def __init__(self, cfg: Config, opts: Any, world_size: int) -> None:
+        self.cfg, self.opts, self.world_size = cfg, opts, world_size
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         loader = trainer.train_dataloader
         checkpoint[RECORD] = {
             **dataclasses.asdict(self.cfg),
+            **dataclasses.asdict(self.opts),
             "world_size": self.world_size,
             "train_images": len(loader.dataset) if loader is not None else None,  # type: ignore[arg-type]
             "train_batches": trainer.num_training_batches,  # per device: a position there is the epoch's end
@@ -209,13 +192,12 @@ class RunRecord(Callback):
         """The saved optimizer and scheduler states hold the old peak rate and weight decay; this run's replace them.
 
         The schedule's multipliers are functions, which are not saved: they are already this run's."""
-        net: Any = pl_module  # an ImageClassifier: configure_optimizers builds its groups the same way
-        groups = param_groups(
-            net.named_parameters(), net.no_decay, net.head, self.cfg.weight_decay, backbone=bool(self.cfg.pretrained)
-        )
+        ours = pl_module.param_groups() if isinstance(pl_module, EngineModule) else None
         for optimizer, scheduler in zip(checkpoint["optimizer_states"], checkpoint["lr_schedulers"], strict=True):
             scale = [self.cfg.lr / base for base in scheduler["base_lrs"]]
-            for group, ours, factor in zip(optimizer["param_groups"], groups, scale, strict=True):
-                group.update(lr=group["lr"] * factor, initial_lr=self.cfg.lr, weight_decay=ours["weight_decay"])
+            for i, (group, factor) in enumerate(zip(optimizer["param_groups"], scale, strict=True)):
+                # an EngineModule says which groups decay; otherwise those that decayed get the new value
+                decay = ours[i]["weight_decay"] if ours else self.cfg.weight_decay if group["weight_decay"] else 0.0
+                group.update(lr=group["lr"] * factor, initial_lr=self.cfg.lr, weight_decay=decay)
             scheduler["_last_lr"] = [lr * factor for lr, factor in zip(scheduler["_last_lr"], scale, strict=True)]
             scheduler["base_lrs"] = [self.cfg.lr] * len(scale)

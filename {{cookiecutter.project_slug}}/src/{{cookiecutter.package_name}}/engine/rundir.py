@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from .checkpoints import out_of_space
+from .checkpoints import last_path, out_of_space
 from .cli import fail
 from .config import Config, ConfigError
 
@@ -37,7 +37,7 @@ def check_output_dir(cfg: Config) -> None:
         os.unlink(probe)
     except OSError as err:
         raise ConfigError("output_dir", f"cannot write in {existing} ({err.strerror}); choose a writable one") from None
-    last = path / "checkpoints" / "last.ckpt"
+    last = last_path(path)
     preempted = sorted(path.glob("hpc_ckpt_*.ckpt"))  # SLURM's pre-emption saves: Lightning resumes them unasked
     if cfg.resume is None and (preempted or last.exists()):
         held, how = (preempted[-1], "--resume auto") if preempted else (last, "--resume last")

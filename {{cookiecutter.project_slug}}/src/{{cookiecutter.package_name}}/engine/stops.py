@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
-from .resume import STOP_SIGNALS
+from .loaders import STOP_SIGNALS
 
 
 class Stopped(BaseException):  # a BaseException, as KeyboardInterrupt is: `except Exception` must not swallow it

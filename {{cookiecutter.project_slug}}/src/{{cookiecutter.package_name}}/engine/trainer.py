@@ -1,4 +1,4 @@
-"""Trainer assembly: strategy, callbacks and logger, from the config and the resolved hardware. Task-agnostic."""
+"""Trainer assembly: strategy, callbacks and logger, from the config, the resolved hardware and the task's monitor."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,32 @@ from lightning.pytorch.plugins.environments import (
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch import nn
 
-from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint
+from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint, last_path
 from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
 from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress
 from .resume import ExactResume, StopOnSignal
+from .task import Task, first_dim
+
+
+def block_types(net: nn.Module) -> set[type[nn.Module]]:
+    """The classes of the network's repeated blocks (ResNet's BasicBlock or Bottleneck, ViT's EncoderBlock, ...).
+
+    FSDP shards, and activation checkpointing recomputes, one such block at a time. A block is the outermost module
+    with sub-modules of its own inside a Sequential/ModuleList/ModuleDict stage; none found means one unit for all.
+    """
+    stages = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+    def blocks(module: nn.Module) -> Iterator[type[nn.Module]]:
+        for child in module.children():
+            if isinstance(module, stages) and not isinstance(child, stages) and next(child.children(), None):
+                yield type(child)  # its insides are sharded with it, so no need to look further down
+            else:
+                yield from blocks(child)
+
+    return set(blocks(net))
 
 
 def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None) -> Strategy | str:
@@ -112,30 +132,37 @@ def build_logger(cfg: Config, version: Any = None) -> Logger:
     return TensorBoardLogger(save_dir, name="", version=version)
 
 
-def build_callbacks(cfg: Config) -> list[Callback]:
+def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
+    """`task`: its monitor picks the best checkpoint and its counts feed the throughput; unset = val/loss, min."""
     checkpoints = Path(cfg.output_dir) / "checkpoints"
+    monitor, mode = (task.monitor, task.mode) if task else ("val/loss", "min")
+    short = monitor.rsplit("/", 1)[-1]
     every_steps, every_seconds = parse_every(cfg.checkpoint_every)
     # A terminal gets Rich's live bar; a SLURM .out file or a CI log gets plain lines it can show as they come.
     progress = LogStepProgressBar if sys.stdout.isatty() else PlainProgress
     return [
         ModelCheckpoint(  # first, so trainer.checkpoint_callback.best_model_path is the best one
             dirpath=checkpoints,
-            filename="best-epoch{epoch:03d}-acc{val/acc:.4f}",
+            filename="best-epoch{epoch:03d}-" + short + "{" + monitor + ":.4f}",  # e.g. best-epoch007-acc0.9350
             auto_insert_metric_name=False,
-            monitor="val/acc",
-            mode="max",
+            monitor=monitor,
+            mode=mode,
         ),
         # last.ckpt after every epoch, improved or not: what --resume last continues from.
         ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
         # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
-        PeriodicCheckpoint(checkpoints / "last.ckpt", every_steps, every_seconds, cfg.log_every_n_steps),
-        StopOnSignal(checkpoints / "last.ckpt"),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
+        PeriodicCheckpoint(last_path(cfg.output_dir), every_steps, every_seconds, cfg.log_every_n_steps),
+        StopOnSignal(last_path(cfg.output_dir)),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
         ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
         MetricStateResume(),  # and the epoch metrics it would report (the counts so far, on every rank)
         FiniteLossGuard(every_n_steps=cfg.log_every_n_steps),  # and never with the weights a nan loss left
         LearningRateMonitor(logging_interval="step"),
         # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)
-        LogStepThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), every_n_steps=cfg.log_every_n_steps),
+        LogStepThroughputMonitor(
+            batch_size_fn=task.batch_size_fn if task else first_dim,
+            length_fn=task.length_fn if task else None,
+            every_n_steps=cfg.log_every_n_steps,
+        ),
         progress(cfg.log_every_n_steps),
         # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
         *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
@@ -150,7 +177,12 @@ class _NoAdverts(logging.Filter):
 
 
 def build_trainer(
-    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, logger_version: Any = None, **overrides: Any
+    cfg: Config,
+    hw: Hardware,
+    wrap: set[type[nn.Module]] | None = None,
+    logger_version: Any = None,
+    task: Task | None = None,
+    **overrides: Any,
 ) -> L.Trainer:
     kwargs: dict[str, Any] = dict(
         accelerator=hw.accelerator,
@@ -167,7 +199,7 @@ def build_trainer(
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
         logger=build_logger(cfg, logger_version),
-        callbacks=build_callbacks(cfg),
+        callbacks=build_callbacks(cfg, task),
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,
         default_root_dir=cfg.output_dir,
@@ -180,3 +212,20 @@ def build_trainer(
     if not any(isinstance(f, _NoAdverts) for f in tips.filters):
         tips.addFilter(_NoAdverts())
     return L.Trainer(**kwargs)
+
+
+def measuring_trainer(
+    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None, extra: list[Callback], **overrides: Any
+) -> L.Trainer:
+    """The usual Trainer and callbacks, minus checkpoints and validation: what --profile and bench.py time."""
+    callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
+    return build_trainer(
+        cfg,
+        hw,
+        wrap,
+        callbacks=[*callbacks, *extra],
+        enable_checkpointing=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        **overrides,
+    )

@@ -1,0 +1,104 @@
+"""Image classification: a torchvision or timm network on synthetic shapes, CIFAR-10 or your folders of images.
+
+`TASK` is what train.py hands the engine; predict.py, export.py and bench.py use this folder's modules directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...engine.config import Config, ConfigError
+from ...engine.task import Task
+from .config import ImageOptions
+
+if TYPE_CHECKING:  # torch, torchvision and timm load only once the options are known to be good
+    from ...engine.hardware import Hardware
+    from .data import ImageDataModule
+    from .module import ImageClassifier
+
+
+def resolve(cfg: Config, opts: ImageOptions, hw: Hardware) -> dict[str, str]:
+    from .decoding import decode_choice
+
+    return {"decode": decode_choice(opts.decode, hw.accelerator, opts.data, opts.data_dir)}
+
+
+def build_data(cfg: Config, opts: ImageOptions, hw: Hardware) -> ImageDataModule:
+    from .data import ImageDataModule
+
+    return ImageDataModule(
+        data=opts.data,
+        data_dir=opts.data_dir,
+        image_size=opts.image_size,
+        batch_size=cfg.batch_size,
+        num_workers=hw.num_workers,
+        pin_memory=hw.pin_memory,
+        channels_last=hw.channels_last,
+        train_samples=opts.train_samples,
+        seed=cfg.seed,
+        decode=hw.choices.get("decode", "cpu"),
+    )
+
+
+def build_model(cfg: Config, opts: ImageOptions, hw: Hardware, datamodule: Any) -> ImageClassifier:
+    from ...engine.guards import check_enough_data
+    from .module import ImageClassifier
+
+    model = ImageClassifier.from_config(cfg, opts, hw, datamodule.classes)
+    datamodule.crop_pct = float(model.hparams.get("crop_pct", datamodule.crop_pct))  # eval crop = the model's
+    if opts.data != "cifar10":  # cifar10 (45,000 images) may not be downloaded yet
+        check_enough_data(datamodule, cfg.batch_size, hw.world_size, "images")
+    return model
+
+
+def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, datamodule: Any) -> list[str]:
+    """The same classes in the same order, and for folders the same number of training images; for synthetic data
+    the same --train-samples."""
+    record = checkpoint.get("run_record") or {}
+    afresh = "or start afresh in another --output-dir"
+    if opts.data == "synthetic" and record.get("train_samples", opts.train_samples) != opts.train_samples:
+        before = record["train_samples"]
+        raise ConfigError(
+            "train_samples",
+            f"the checkpoint was trained with {before}, not {opts.train_samples}; the synthetic images and the "
+            f"epoch's length follow it: resume with --train-samples {before}, {afresh}",
+        )
+    classes = list(datamodule.classes)
+    saved_classes = list((checkpoint.get("hyper_parameters") or {}).get("class_names", classes))
+    if saved_classes != classes:
+        raise ConfigError(
+            "data_dir",
+            f"the checkpoint was trained with the classes {', '.join(saved_classes)}, not {', '.join(classes)}; "
+            f"its outputs are those classes in that order: resume with the data it was trained on, {afresh}",
+        )
+    images = len(datamodule.samples["train"][0]) if opts.data == "folder" else None
+    if images is not None and record.get("train_images", images) != images:
+        raise ConfigError(
+            "data_dir",
+            f"the checkpoint was trained with {record['train_images']} training images, not {images}; the "
+            f"epoch's order and length follow them: resume with the same images, {afresh}",
+        )
+    return []
+
+
+SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
+TASK = Task(
+    name="the image classifier",
+    options=ImageOptions,
+    build_data=build_data,
+    build_model=build_model,
+    monitor="val/acc",
+    mode="max",
+    unit="images",
+    resolve=resolve,
+    refused_on_resume={
+        "model": "its weights are for that network",
+        "image_size": "its weights and BatchNorm statistics were learned at that size",
+        "pretrained": "it set the network's stem and the fine-tuning recipe",
+        "data": "its classes and images come from that source",
+    },
+    honoured_on_resume={"backbone_lr_scale": SCHEDULE, "freeze_epochs": SCHEDULE},
+    # data_dir and train_samples: checked by check_resume; decode: where images are decoded, not what is learned
+    free_on_resume=("data_dir", "train_samples", "decode"),
+    check_resume=check_resume,
+)

@@ -19,8 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from ...engine.config import ConfigError
-from ...engine.hardware import worker_options
-from ...engine.resume import EpochShuffle, ResumableLoader, SkippingBatchSampler
+from ...engine.loaders import eval_loader, train_loader
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
 from .transforms import (
     CROP_PCT,
@@ -185,21 +184,13 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader[Any]:
         hp, dataset = self.hparams, self.datasets[split]
-        options: dict[str, Any] = dict(
-            pin_memory=hp["pin_memory"],
-            persistent_workers=hp["num_workers"] > 0,  # no worker restart cost at every epoch and validation
-            generator=torch.Generator().manual_seed(hp["seed"]),  # seeds the workers, leaving the global RNG alone
-            # forkserver once CUDA is up; a SIGTERM to the process group must not kill them before the save
-            **worker_options(hp["num_workers"]),
-        )
+        collate = None
         if isinstance(dataset, ImageFiles):
-            options["collate_fn"] = collate_bytes if dataset.mode == "bytes" else collate_images
-        if split != "train":
-            return DataLoader(dataset, batch_size=hp["batch_size"], **options)
-        # The order depends only on seed and epoch, and a checkpoint records how far into it training got.
-        # drop_last keeps shapes static: no recompile, no cuDNN re-tune, no tiny last step.
-        batches = SkippingBatchSampler(EpochShuffle(dataset, hp["seed"]), hp["batch_size"], drop_last=True)
-        return ResumableLoader(dataset, batch_sampler=batches, **options)
+            collate = collate_bytes if dataset.mode == "bytes" else collate_images
+        common = dict(num_workers=hp["num_workers"], pin_memory=hp["pin_memory"], collate_fn=collate)
+        if split == "train":
+            return train_loader(dataset, hp["batch_size"], hp["seed"], **common)  # type: ignore[arg-type]
+        return eval_loader(dataset, hp["batch_size"], seed=hp["seed"], **common)  # type: ignore[arg-type]
 
     def train_dataloader(self) -> DataLoader[Any]:
         return self._loader("train")

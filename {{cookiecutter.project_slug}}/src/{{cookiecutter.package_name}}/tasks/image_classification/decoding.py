@@ -1,17 +1,21 @@
 """Image bytes to uint8 RGB tensors: TorchCodec first (nvJPEG in batches on a GPU), CPU per sample for the rest.
 
 torchvision deprecated its decoders in favour of TorchCodec; torchvision's decoder is used only where TorchCodec has no
-wheel for the platform, so the project still installs and runs there.
+wheel for the platform, so the project still installs and runs there. `decode_choice` decides where --decode auto
+decodes: on the GPU when it can and the files are mostly JPEGs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from ...engine.config import ConfigError
 
 NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
 
@@ -137,3 +141,42 @@ def decode_batch(encoded: Sequence[Tensor], device: torch.device | str) -> list[
         if image is None:
             raise UnreadableImageError(f"sample {i} of the batch cannot be decoded")
     return [image for image in images if image is not None]
+
+
+def mostly_jpegs(names: Iterable[str], sample: int = 256) -> bool:
+    """Most of the first `sample` file names are JPEGs: what GPU decoding is for."""
+    seen = jpegs = 0
+    for name in names:
+        seen, jpegs = seen + 1, jpegs + name.lower().endswith((".jpg", ".jpeg"))
+        if seen >= sample:
+            break
+    return seen > 0 and 2 * jpegs > seen
+
+
+def holds_jpegs(train_dir: Path, sample: int = 256) -> bool:
+    """Most of the first `sample` files of the class folders are JPEGs."""
+    return mostly_jpegs((p.name for f in sorted(train_dir.iterdir()) if f.is_dir() for p in f.iterdir()), sample)
+
+
+def decode_choice(
+    decode: str, accelerator: str, data: str = "folder", data_dir: str = "", images: Sequence[str | Path] | None = None
+) -> str:
+    """Where images are decoded, "cpu" (loader workers) or "gpu" (nvJPEG), for --decode `decode`.
+    `images`: predict.py's inputs, which take the place of the training folder."""
+    if decode == "cpu":
+        return "cpu"
+    if images is None and data != "folder":
+        if decode == "gpu":
+            raise ConfigError("decode", f"gpu decodes image files, which only --data folder reads, not {data}")
+        return "cpu"
+    if decode == "gpu" and accelerator != "cuda":
+        raise ConfigError("decode", f"gpu needs a CUDA GPU, not {accelerator}; use cpu or auto")
+    if decode == "gpu" and not torchcodec_available():
+        raise ConfigError("decode", "gpu needs TorchCodec, which is not installed here; pip install torchcodec, or cpu")
+    if decode == "gpu":
+        return "gpu"
+    if accelerator != "cuda" or not torchcodec_available():
+        return "cpu"
+    train = Path(data_dir) / "train"
+    jpegs = mostly_jpegs(str(p) for p in images) if images is not None else train.is_dir() and holds_jpegs(train)
+    return "gpu" if jpegs else "cpu"

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ...engine.config import ConfigError, ExportConfig
+from ...engine.config import ConfigError
 from ...engine.files import OutputBusyError, discard, open_partial, publish
+from .config import ExportConfig
 from .inference import ServingModel
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}

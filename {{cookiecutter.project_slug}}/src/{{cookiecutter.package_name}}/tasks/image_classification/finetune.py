@@ -11,29 +11,11 @@ backbone's BatchNorm in eval mode: gradients still flow, but DDP, FSDP and a com
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 
 from torch import nn
 
-# FSDP and activation checkpointing insert these into parameter names; our names are recorded before wrapping.
-WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-
-
-def clean_name(name: str) -> str:
-    for prefix in WRAPPER_PREFIXES:
-        name = name.replace(prefix, "")
-    return name
-
-
-def no_decay_names(net: nn.Module) -> set[str]:
-    """Norm weights, biases, tokens and position embeddings (every tensor of at most one dimension as built, plus
-    timm's own no_weight_decay list): decaying them only hurts. Named now, because under FSDP configure_optimizers
-    sees flat 1-D shards of everything."""
-    names = {n for n, p in net.named_parameters() if p.ndim <= 1}
-    skip = getattr(net, "no_weight_decay", None)
-    listed = set(skip()) if callable(skip) else set()
-    return names | {n for n, _ in net.named_parameters() if n in listed or n.split(".")[0] in listed}
+from ...engine.module import clean_name, warmup_cosine
 
 
 def param_groups(
@@ -46,7 +28,7 @@ def param_groups(
     """Up to four groups: (head, backbone) x (decay, no decay); `backbone=False` puts all in the head groups."""
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for name, p in named:
-        name = clean_name(name).removeprefix("net.")
+        name = clean_name(name)
         key = (backbone and name not in head, name not in no_decay)
         groups.setdefault(key, []).append(p)
     return [
@@ -59,16 +41,12 @@ def schedules(total: int, warmup: int, freeze_steps: int, backbone_scale: float)
     """Learning-rate multipliers per step: linear warm-up then cosine for the head; for the backbone the same, times
     `backbone_scale`, zero for the first `freeze_steps` and warmed up again from there."""
 
-    def cosine(step: int) -> float:
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
-    def head(step: int) -> float:
-        return (step + 1) / warmup if step < warmup else cosine(step)
+    head = warmup_cosine(total, warmup)
 
     def backbone(step: int) -> float:
         if step < freeze_steps:
             return 0.0
         ramp = min(1.0, (step - freeze_steps + 1) / warmup) if warmup else 1.0
-        return backbone_scale * ramp * (cosine(step) if step >= warmup else 1.0)
+        return backbone_scale * ramp * (head(step) if step >= warmup else 1.0)
 
     return {False: head, True: backbone}

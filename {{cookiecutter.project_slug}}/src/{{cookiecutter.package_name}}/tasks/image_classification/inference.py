@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader
 
 from ...engine.config import ConfigError
 from ...engine.guards import check_checkpoint
-from ...engine.hardware import Hardware, worker_options
+from ...engine.hardware import Hardware
+from ...engine.loaders import eval_loader
 from .module import ImageClassifier
 from .transforms import (
     ImageFiles,
@@ -76,16 +77,12 @@ def image_files(paths: list[Path], image_size: int, crop_pct: float, mode: str =
 
 
 def predict_loader(paths: list[Path], hparams: Any, hw: Hardware, batch_size: int) -> DataLoader[Any]:
-    """Validation's loader for `paths`: with `hw.decode` "gpu" the workers only read bytes (collate_bytes) and
+    """Validation's loader for `paths`: where --decode chose "gpu" the workers only read bytes (collate_bytes) and
     Predictor decodes each batch on the device; else they decode (collate_images: padded uint8 batches)."""
-    gpu = hw.decode == "gpu"
-    return DataLoader(
-        image_files(paths, hparams["image_size"], hparams["crop_pct"], mode="bytes" if gpu else "decoded"),
-        batch_size=batch_size,
-        pin_memory=hw.pin_memory,  # uint8 images or encoded bytes pinned: an asynchronous copy, 4x fewer than float
-        collate_fn=collate_bytes if gpu else collate_images,
-        **worker_options(hw.num_workers),  # as training's loaders start them
-    )
+    gpu = hw.choices.get("decode") == "gpu"
+    files = image_files(paths, hparams["image_size"], hparams["crop_pct"], mode="bytes" if gpu else "decoded")
+    # uint8 images or encoded bytes, pinned: an asynchronous copy of 4x fewer bytes than float
+    return eval_loader(files, batch_size, hw.num_workers, hw.pin_memory, collate_bytes if gpu else collate_images)
 
 
 class Predictor(L.LightningModule):

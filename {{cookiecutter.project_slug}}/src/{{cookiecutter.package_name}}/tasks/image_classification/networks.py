@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import timm
@@ -17,16 +17,12 @@ import torch
 import torchvision
 from torch import nn
 
+from ...engine.cli import note
 from ...engine.config import ConfigError
 
 TIMM = "timm/"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def note(message: str) -> None:
-    """One line for something that could not be measured or set up, while the run goes on without it."""
-    print(f"note: {message}", flush=True)
 
 
 def _torchvision_kinds() -> dict[str, str]:
@@ -169,21 +165,3 @@ def check_image_size(name: str, num_classes: int, image_size: int, pretrained: b
         larger = next((s for s in (32, 56, 64, 96, 112, 128, 224, 299, 384, 518) if s > image_size and fits(s)), None)
         hint = f"try --image-size {larger}" if larger else "try a larger --image-size"
         raise ConfigError("image_size", f"{image_size} px is too small for {name}; {hint}")
-
-
-def block_types(net: nn.Module) -> set[type[nn.Module]]:
-    """The classes of the network's repeated blocks (ResNet's BasicBlock or Bottleneck, ViT's EncoderBlock, ...).
-
-    FSDP shards, and activation checkpointing recomputes, one such block at a time. A block is the outermost module
-    with sub-modules of its own inside a Sequential/ModuleList/ModuleDict stage; none found means one unit for all.
-    """
-    stages = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-
-    def blocks(module: nn.Module) -> Iterator[type[nn.Module]]:
-        for child in module.children():
-            if isinstance(module, stages) and not isinstance(child, stages) and next(child.children(), None):
-                yield type(child)  # its insides are sharded with it, so no need to look further down
-            else:
-                yield from blocks(child)
-
-    return set(blocks(net))

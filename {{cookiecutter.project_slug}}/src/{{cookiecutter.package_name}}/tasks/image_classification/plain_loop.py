@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ...bench.harness import Clock, DeviceBatches, Setting, Spec, Timing, _prepare
+from ...bench.harness import Clock, DeviceBatches, Setting, Spec, Timing, prepare
 from ...engine.monitors import HALF
 from .data import MEAN, STD, random_crop_flip
 from .module import build_network
@@ -16,7 +16,7 @@ from .module import build_network
 def run_plain(spec: Spec, setting: Setting, output_dir: Path) -> Timing:
     """The same network, data, augmentation, optimizer, schedule, precision, compile and memory format, hand-written
     the way a careful PyTorch user would: no host-device synchronization, accuracy counted on the device."""
-    cfg, hw = _prepare(spec, setting, output_dir)
+    cfg, _, hw = prepare(spec, setting, output_dir)
     device = torch.device(spec.device)
     torch.backends.cudnn.benchmark = hw.cudnn_benchmark  # what Trainer(benchmark=...) sets
     net = build_network(spec.model, spec.num_classes, spec.image_size).to(device)

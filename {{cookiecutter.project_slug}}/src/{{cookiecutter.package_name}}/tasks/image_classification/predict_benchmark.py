@@ -14,29 +14,24 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from ...bench.harness import Clock, Setting, Spec, Timing, _prepare
+from ...bench.harness import Clock, Setting, Spec, Timing, prepare
 from ...engine.config import Config
 from ...engine.hardware import Hardware
 from ...engine.monitors import HALF
 from ...engine.trainer import build_trainer
-from .inference import Predictor, image_files
+from .inference import Predictor, predict_loader
 from .module import ImageClassifier
-from .transforms import collate_images, eval_transform
+from .sources import list_images
+from .transforms import eval_transform
 
 
 def _setup(
     spec: Spec, setting: Setting, output_dir: Path, folder: Path
 ) -> tuple[Config, Hardware, ImageClassifier, DataLoader[Any]]:
-    cfg, hw = _prepare(spec, setting, output_dir)
-    classifier = ImageClassifier.from_config(cfg, hw, [f"class{i}" for i in range(spec.num_classes)]).eval()
-    paths = sorted((folder / "train").rglob("*.jpg"))[: spec.batch_size * (spec.warmup + spec.steps)]
-    loader = DataLoader(
-        image_files(paths, spec.image_size, classifier.hparams["crop_pct"]),
-        batch_size=spec.batch_size,
-        num_workers=hw.num_workers,
-        pin_memory=hw.pin_memory,
-        collate_fn=collate_images,
-    )
+    cfg, opts, hw = prepare(spec, setting, output_dir)
+    classifier = ImageClassifier.from_config(cfg, opts, hw, [f"class{i}" for i in range(spec.num_classes)]).eval()
+    paths = [Path(p) for p in list_images(folder / "train")[0]][: spec.batch_size * (spec.warmup + spec.steps)]
+    loader = predict_loader(paths, classifier.hparams, hw, spec.batch_size)  # predict.py's, decoded by the workers
     return cfg, hw, classifier, loader
 
 

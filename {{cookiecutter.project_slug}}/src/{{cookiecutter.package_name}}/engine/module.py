@@ -1,0 +1,160 @@
+"""`EngineModule`: the LightningModule base that gives a task's network the engine's speed features.
+
+A subclass builds its network as `self.net`, saves the options of `run_hparams(cfg, hw)` among its hparams, and
+writes its steps. It then gets:
+- torch.compile of `self.net` (not of the LightningModule, so self.log, hooks and DDP stay in eager Python);
+- AdamW, fused where Lightning can still clip its gradients, with decay kept off norms, biases and embeddings;
+  the names are recorded before FSDP turns every parameter into a flat 1-D shard;
+- linear warm-up then cosine decay per optimizer step, which under 16-mixed skips the steps GradScaler skipped;
+- MFU: `example_input(batch_size)` is counted on the meta device, and the throughput monitor divides it by time.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
+from torch import Tensor, nn
+
+from .cli import note
+from .config import Config
+from .hardware import Hardware
+
+# FSDP and activation checkpointing insert these into parameter names; our names are recorded before wrapping.
+WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def run_hparams(cfg: Config, hw: Hardware) -> dict[str, Any]:
+    """The engine's options an EngineModule reads from its hparams: pass them to its __init__ and save them."""
+    return dict(
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        warmup_fraction=cfg.warmup_fraction,
+        compile=hw.compile,
+        compile_mode=cfg.compile_mode,
+    )
+
+
+def clean_name(name: str) -> str:
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name.removeprefix("net.")
+
+
+def no_decay_names(net: nn.Module) -> set[str]:
+    """Norm weights, biases, tokens and position embeddings (every tensor of at most one dimension as built, plus
+    timm's own no_weight_decay list): decaying them only hurts."""
+    names = {n for n, p in net.named_parameters() if p.ndim <= 1}
+    skip = getattr(net, "no_weight_decay", None)
+    listed = set(skip()) if callable(skip) else set()
+    return names | {n for n, _ in net.named_parameters() if n in listed or n.split(".")[0] in listed}
+
+
+def warmup_cosine(total: int, warmup: int) -> Callable[[int], float]:
+    """Learning-rate multiplier per step: linear warm-up to 1, then cosine down to 0 at `total`."""
+
+    def multiplier(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    return multiplier
+
+
+def count_flops(net: nn.Module, example: Tensor) -> int:
+    """Forward and backward FLOPs of `net` on `example`, both on the meta device: nothing allocated or computed."""
+    return measure_flops(net, lambda: net(example), lambda out: out.sum())
+
+
+class EngineModule(L.LightningModule):
+    net: nn.Module
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.no_decay: set[str] | None = None  # names under self.net; configure_model records them if unset
+        self.flops_per_batch = 0  # set in setup; the throughput monitor divides it by step time for MFU
+        self.loss_scale: float | None = None  # 16-mixed: GradScaler's scale after the last optimizer step
+
+    def example_input(self, batch_size: int) -> Tensor | None:
+        """One batch of `self.net`'s input, for counting FLOPs (a meta tensor will do); None: no MFU."""
+        return None
+
+    def meta_network(self) -> nn.Module:
+        """`self.net` on the meta device; a task that can build its network there directly may say so here."""
+        return copy.deepcopy(self.net).to("meta")
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        batch_size = getattr(datamodule, "hparams", {}).get("batch_size")
+        # --fast-dev-run checks the wiring with one step: no throughput window, so no MFU to count FLOPs for.
+        if stage == "fit" and batch_size and not getattr(self.trainer, "fast_dev_run", False):
+            self.flops_per_batch = self.count_flops(batch_size)
+
+    def count_flops(self, batch_size: int) -> int:
+        example = self.example_input(batch_size)
+        if example is None:
+            return 0
+        try:
+            return count_flops(self.meta_network(), example.to("meta"))
+        except Exception as err:  # an op without a meta kernel, a constructor needing real numbers
+            name = type(self.net).__name__
+            note(f"FLOPs of {name} cannot be counted on the meta device ({type(err).__name__}); no MFU logged")
+            return 0
+
+    def configure_model(self) -> None:
+        if self.no_decay is None:
+            self.no_decay = no_decay_names(self.net)
+        if self.hparams.get("compile") and not getattr(self.net, "_compiled_call_impl", None):
+            # dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by
+            # default dynamo answers a new size by making the batch dimension symbolic, also in the training graph
+            # compiled after it, which then loses its static-shape kernels. Instead each size gets its own graph.
+            # nn.Module.compile() works in place and keeps state_dict keys free of the `_orig_mod.` prefix.
+            self.net.compile(mode=self.hparams.get("compile_mode", "default"), dynamic=False)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """AdamW groups: decayed, then not decayed. Told apart by the recorded names: under FSDP every parameter is
+        already a flat 1-D shard when the optimizer is built, and module types are hidden."""
+        if self.no_decay is None:
+            self.no_decay = no_decay_names(self.net)
+        decay: dict[bool, list[nn.Parameter]] = {True: [], False: []}
+        for name, p in self.named_parameters():
+            decay[clean_name(name) not in self.no_decay].append(p)
+        weight_decay = self.hparams.get("weight_decay", 0.0)
+        return [{"params": ps, "weight_decay": weight_decay if d else 0.0} for d, ps in decay.items() if ps]
+
+    def lr_multipliers(self, total: int, groups: list[dict[str, Any]]) -> list[Callable[[int], float]]:
+        """One schedule per group; a task with a recipe of its own (fine-tuning's frozen backbone) overrides it."""
+        warmup = int(self.hparams.get("warmup_fraction", 0.0) * total)
+        return [warmup_cosine(total, warmup)] * len(groups)
+
+    def configure_optimizers(self) -> Any:
+        groups = self.param_groups()
+        # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
+        # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused.
+        scaled_clip = self.trainer.precision == "16-mixed" and bool(self.trainer.gradient_clip_val)
+        fused = self.device.type == "cuda" and not scaled_clip
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams["lr"], fused=fused)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_multipliers(total, groups))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self.loss_scale = self._current_loss_scale()  # after a resume has restored the scaler's state
+
+    def lr_scheduler_step(self, scheduler: LRSchedulerTypeUnion, metric: Any) -> None:
+        # 16-mixed: on overflowing gradients GradScaler skips optimizer.step and halves its scale, but Lightning still
+        # steps the schedule, which would then run ahead of the weights; a drop in scale is how a skip shows.
+        # Reading the scale waits for the GPU once per step, and only under 16-mixed.
+        before, self.loss_scale = self.loss_scale, self._current_loss_scale()
+        if before is None or self.loss_scale is None or self.loss_scale >= before:
+            super().lr_scheduler_step(scheduler, metric)
+
+    def _current_loss_scale(self) -> float | None:
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        return scaler.get_scale() if scaler is not None and scaler.is_enabled() else None

@@ -1,0 +1,69 @@
+"""`Task`: what the engine needs from a task to train it, and nothing else; the README's "Bring your own task" has one.
+
+The engine parses the task's options beside its own, resolves the hardware, builds the task's DataModule and
+LightningModule, and runs them with every feature it has: precision, compile, DDP/FSDP, SLURM requeue, checkpoints that
+survive a kill, exact resume, stop on a signal, throughput and MFU, one-line errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .config import Config
+
+if TYPE_CHECKING:  # a task module imports this before any option is checked: torch and Lightning load later
+    import lightning as L
+    from torch import nn
+
+    from .hardware import Hardware
+
+
+def first_dim(batch: Any) -> int:
+    """Samples in a batch whose first element is a tensor with the batch first, as (inputs, targets) are."""
+    first = batch[0] if isinstance(batch, list | tuple) else batch
+    return int(first.size(0))
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # what `train.py --help` says it trains
+    # A dataclass of `opt(...)` fields: its flags, YAML keys, --help reasons, checks and saved values, as Config's
+    options: type
+    # The DataModule and the LightningModule of a run, from both options dataclasses and the resolved hardware. Bad
+    # option values raise ConfigError, which the engine prints as one line.
+    build_data: Callable[[Config, Any, Hardware], L.LightningDataModule]
+    build_model: Callable[[Config, Any, Hardware, L.LightningDataModule], L.LightningModule]
+    monitor: str = "val/loss"  # the metric that picks the best checkpoint, and what the summary line reports
+    mode: str = "min"  # "max" for an accuracy
+    batch_size_fn: Callable[[Any], int] = first_dim  # samples per batch, for the throughput monitor
+    length_fn: Callable[[Any], int] | None = None  # items per sample (tokens), for items/s; None: not counted
+    unit: str = "samples"  # what the summary line's throughput counts: img, samples, tokens
+    # The FSDP unit (sharded, and recomputed with --activation-checkpointing) from the module's network; None: the
+    # engine's default, the repeated blocks of `module.net` (trainer.block_types)
+    wrap_policy: Callable[[nn.Module], set[type[nn.Module]]] | None = None
+    # Task-level device choices, decided once the hardware is known (the image task's --decode); printed with it
+    resolve: Callable[[Config, Any, Hardware], dict[str, str]] | None = None
+    # On --resume, a changed option of the task is refused (with a reason of its own if given here), unless it is named
+    # as honoured (with what is done about it) or free
+    refused_on_resume: Mapping[str, str] = field(default_factory=dict)
+    honoured_on_resume: Mapping[str, str] = field(default_factory=dict)
+    free_on_resume: tuple[str, ...] = ()
+    # Further checks on --resume, given the checkpoint and the DataModule: raise ConfigError, or return notes to print
+    check_resume: Callable[[dict[str, Any], Config, Any, L.LightningDataModule], list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.options):
+            raise TypeError(f"Task {self.name!r}: options must be a dataclass of opt(...) fields")
+        clash = {f.name for f in dataclasses.fields(self.options)} & set(Config.__dataclass_fields__)
+        if clash:
+            raise TypeError(f"Task {self.name!r}: options {sorted(clash)} are the engine's own; rename them")
+        if self.mode not in ("min", "max"):
+            raise TypeError(f"Task {self.name!r}: mode must be 'min' or 'max', not {self.mode!r}")
+
+    @property
+    def test_metric(self) -> str:
+        """The monitored metric as the final test logs it: val/acc -> test/acc."""
+        return "test/" + self.monitor.split("/", 1)[-1]
