@@ -15,6 +15,7 @@ import sys
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
 SLUG, PACKAGE, PYTHON, LOGGER = (ANSWERS[k] for k in ("project_slug", "package_name", "python_version", "logger"))
 
+TASKS = ("image-classification",)  # one folder each under src/<package>/tasks/
 SUPPORTED_PYTHON = ("3.10", "3.11", "3.12", "3.13")  # what torch, lightning and the generated code all run on
 # Distributions the project depends on: pip cannot install a project that depends on its own name.
 DEPENDENCIES = {"torch", "torchvision", "lightning", "torchmetrics", "numpy", "pyyaml", "rich", "tensorboard", "pillow"}
@@ -49,6 +50,8 @@ def problem() -> str | None:
         return f"package_name: {PACKAGE!r} is a Python keyword; pick another name"
     if PACKAGE in IMPORTED or PACKAGE in sys.stdlib_module_names:
         return f"package_name: {PACKAGE!r} would shadow a module the project needs (stdlib, dependency or its own)"
+    if ANSWERS.get("task", TASKS[0]) not in TASKS:
+        return f"task: {ANSWERS['task']!r} is not a task this template ships; choose one of {', '.join(TASKS)}"
     if PYTHON not in SUPPORTED_PYTHON:
         return f"python_version: {PYTHON!r} is not supported; choose one of {', '.join(SUPPORTED_PYTHON)}"
     for name in ("description", "author"):

@@ -34,6 +34,11 @@ BAD_ANSWERS = [
     ({"description": 'A "quoted" word'}, "description: 'A \"quoted\" word' goes into pyproject.toml"),
     ({"author": "Ann\\Bob"}, "author: 'Ann\\\\Bob' goes into pyproject.toml"),
 ]
+# Prompts and --no-input overrides only offer cookiecutter.json's choices; a replay file is taken as written.
+REPLAYED = [
+    ({"python_version": "3.9"}, "python_version: '3.9' is not supported; choose one of 3.10, 3.11, 3.12, 3.13"),
+    ({"task": "segmentation"}, "task: 'segmentation' is not a task this template ships; choose one of image-classi"),
+]
 
 
 def refusal(output_dir: Path, capfd: pytest.CaptureFixture[str], **answers: str) -> str:
@@ -53,11 +58,13 @@ def test_bad_answer_is_refused_with_one_line_and_no_folder(
     assert refusal(tmp_path, capfd, **answers).startswith(f"error: {message}")
 
 
-def test_unsupported_python_from_a_replay_file_is_refused(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # Prompts and --no-input overrides only offer cookiecutter.json's choices; a replay file is taken as written.
+@pytest.mark.parametrize(("replayed", "message"), REPLAYED, ids=[str(a) for a, _ in REPLAYED])
+def test_an_unsupported_choice_from_a_replay_file_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], replayed: dict[str, str], message: str
+) -> None:
     defaults = json.loads((TEMPLATE / "cookiecutter.json").read_text())
     answers = {k: v[0] if isinstance(v, list) else v for k, v in defaults.items()}
-    answers |= {"project_slug": "image-classifier", "package_name": "image_classifier", "python_version": "3.9"}
+    answers |= {"project_slug": "image-classifier", "package_name": "image_classifier", **replayed}
     replay = tmp_path / "replay" / "answers.json"
     replay.parent.mkdir()
     replay.write_text(json.dumps({"cookiecutter": answers}))
@@ -65,9 +72,7 @@ def test_unsupported_python_from_a_replay_file_is_refused(tmp_path: Path, capfd:
     output.mkdir()
     with pytest.raises(FailedHookException):
         cookiecutter(str(TEMPLATE), replay=str(replay), output_dir=str(output))
-    assert (
-        "error: python_version: '3.9' is not supported; choose one of 3.10, 3.11, 3.12, 3.13" in capfd.readouterr().err
-    )
+    assert f"error: {message}" in capfd.readouterr().err
     assert list(output.iterdir()) == []
 
 

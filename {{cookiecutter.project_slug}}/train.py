@@ -2,7 +2,7 @@
 
 from {{ cookiecutter.package_name }}.engine.run import main as run_task
 from {{ cookiecutter.package_name }}.engine.run import run
-from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
+from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """What can only go wrong once a run has started, each told in one line with the cause and what to try.
 
-Bad options are refused before anything starts (config.py, hardware.py, data.py, model.py). This module covers the
+Bad options are refused before anything starts (the options dataclasses, hardware.py, the task). This module covers the
 rest: a checkpoint that is more than tensors, a nan or inf loss, running out of memory, a stop signal.
 """
 
