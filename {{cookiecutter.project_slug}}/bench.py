@@ -20,28 +20,28 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import lightning
 import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from {{ cookiecutter.package_name }}.bench import loaders as loader_benchmark
-from {{ cookiecutter.package_name }}.bench.harness import (
-    Setting,
-    Spec,
-    Timing,
-    flops_per_batch,
-    peak_flops,
-    run_lightning,
-)
+from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, peak_flops
 from {{ cookiecutter.package_name }}.bench.report import compare, table, write_json
 from {{ cookiecutter.package_name }}.engine import hardware
-from {{ cookiecutter.package_name }}.engine.cli import fail
+from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
+    ImageSpec,
+    flops_per_batch,
+    loader_rows,
+    run_lightning,
+    run_plain,
+    run_plain_predict,
+    run_predict,
+)
 from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import torchcodec_available
-from {{ cookiecutter.package_name }}.tasks.image_classification.plain_loop import run_plain
-from {{ cookiecutter.package_name }}.tasks.image_classification.predict_benchmark import run_plain_predict, run_predict
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import write_photos
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {
@@ -50,14 +50,8 @@ DEFAULTS = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line and exit 2, as train.py answers
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: CUDA when visible")
     parser.add_argument("--model", help="torchvision model (default: resnet50 on CUDA, resnet18 on CPU)")
     parser.add_argument("--image-size", type=int, help="default: 224 on CUDA, 32 on CPU")
@@ -107,7 +101,7 @@ def matrix(device: str, with_compile: bool) -> list[Setting]:
     return settings
 
 
-def default_setting(spec: Spec) -> Setting:
+def default_setting(spec: ImageSpec) -> Setting:
     """What `python train.py` resolves to on this device with the same model and sizes."""
     cfg = Config(accelerator=spec.device, devices="1", strategy="auto")
     try:
@@ -141,7 +135,7 @@ def device_name(device: str) -> str:
 
 
 def measure(
-    args: argparse.Namespace, spec: Spec, command: str, save: Callable[[dict[str, Any]], None]
+    args: argparse.Namespace, spec: ImageSpec, command: str, save: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     """Every row is handed to `save` as soon as it is measured: a crash late in the run keeps the earlier rows."""
     default = default_setting(spec)
@@ -194,7 +188,7 @@ def measure(
         cpus = hardware.cpus_per_device(1)
         if "folder" in parts:
             photos = Path(workdir, "photos")
-            loader_benchmark.write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
+            write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
             gpu = spec.device == "cuda" and torchcodec_available()
             for decode in ("cpu", "gpu") if gpu else ("cpu",):
                 name = f"{default.name}, folder JPEGs, {decode} decode"
@@ -202,7 +196,7 @@ def measure(
                 save(results)
         if "predict" in parts:  # predict.py's path and a plain inference_mode loop, on the same JPEGs
             photos = Path(workdir, "predict-photos")
-            loader_benchmark.write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
+            write_photos(photos, spec.batch_size * (spec.warmup + spec.steps))
             for run, name in ((run_predict, "predict.py path"), (run_plain_predict, "plain inference_mode loop")):
                 results["predict"].append(row(run, default, f"{name}, {default.name}", folder=photos) | {"mfu": None})
                 save(results)
@@ -213,7 +207,7 @@ def measure(
                 results["loader"].append(loader_row)
                 save(results)
 
-            loader_benchmark.run(device, spec.image_size, spec.batch_size, cpus, Path(workdir), on_row=add)
+            loader_rows(device, spec, cpus, Path(workdir), on_row=add)
     results["finished"] = True
     save(results)
     return results
@@ -221,7 +215,14 @@ def measure(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    spec = Spec(args.device, args.model, args.image_size, args.batch_size, args.warmup, args.steps)
+    spec = ImageSpec(
+        device=args.device,
+        batch_size=args.batch_size,
+        warmup=args.warmup,
+        steps=args.steps,
+        model=args.model,
+        image_size=args.image_size,
+    )
     command = shlex.join(["python", "bench.py", *(sys.argv[1:] if argv is None else argv)])
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level

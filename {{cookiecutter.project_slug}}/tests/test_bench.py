@@ -15,9 +15,8 @@ from conftest import ROOT
 
 import bench
 import train
-from {{ cookiecutter.package_name }}.bench.loaders import write_photos
 from {{ cookiecutter.package_name }}.bench.report import compare, ratio_line
-from {{ cookiecutter.package_name }}.tasks.image_classification.sources import SHAPES
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import SHAPES, write_photos
 
 TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8", "--warmup=1", "--steps=2"]
 
@@ -55,7 +54,9 @@ def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_load
 
 
 def test_only_runs_the_named_settings(tmp_path: Path) -> None:
-    default = bench.default_setting(bench.Spec("cpu", "resnet18", 16, 8, warmup=1, steps=2)).name
+    default = bench.default_setting(
+        bench.ImageSpec(device="cpu", model="resnet18", image_size=16, batch_size=8, warmup=1, steps=2)
+    ).name
     other = "bf16" if default != "bf16" else "fp32"
     results = bench.main([*TINY, f"--only={other}", f"--json={tmp_path / 'bench.json'}"])
     assert [row["name"] for row in results["settings"]] == [other]

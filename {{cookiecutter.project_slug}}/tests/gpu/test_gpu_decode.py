@@ -13,8 +13,8 @@ import torch
 from probes import GPU, NEEDS_TORCHCODEC
 
 import train
-from {{ cookiecutter.package_name }}.bench.loaders import photo, write_photos
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import photo, write_photos
 from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import ImageFiles, decode_each, decode_rgb
 
 pytestmark = GPU

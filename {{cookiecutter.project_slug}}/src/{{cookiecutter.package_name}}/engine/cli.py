@@ -19,7 +19,9 @@ _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 T = typing.TypeVar("T")
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a bad flag answered in one line and exit 2: every entry point's parser."""
+
     def error(self, message: str) -> NoReturn:
         fail(message)
 
@@ -61,7 +63,7 @@ def _converter(annotation: Any) -> Callable[[str], Any]:
 
 def build_parser(*schemas: type, prog: str, description: str) -> argparse.ArgumentParser:
     """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options)."""
-    parser = _Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as the flags, with _)")
     hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}
     for f in (f for schema in schemas for f in dataclasses.fields(schema)):

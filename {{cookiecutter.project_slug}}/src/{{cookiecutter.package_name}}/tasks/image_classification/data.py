@@ -34,20 +34,7 @@ from .transforms import (
     train_transform,
 )
 
-MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 Batch = tuple[Tensor, Tensor]
-__all__ = [
-    "CIFAR10_CLASSES",
-    "IMAGE_SUFFIXES",
-    "MEAN",
-    "SHAPES",
-    "STD",
-    "ImageDataModule",
-    "make_shapes",
-    "random_crop_flip",
-    "read_cifar10",
-]
 
 
 def image_folders(root: Path, classes: list[str], mode: str) -> dict[str, tuple[list[str], list[int]]]:

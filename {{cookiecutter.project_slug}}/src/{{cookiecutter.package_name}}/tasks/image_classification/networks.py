@@ -19,6 +19,7 @@ from torch import nn
 
 from ...engine.cli import note
 from ...engine.config import ConfigError
+from .transforms import CROP_PCT
 
 TIMM = "timm/"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -104,7 +105,7 @@ def preprocessing(name: str | None) -> dict[str, Any]:
     """The input the pretrained weights were trained with: mean/std (0-255 scale), crop_pct, interpolation, size."""
     mean: Sequence[float] = IMAGENET_MEAN
     std: Sequence[float] = IMAGENET_STD
-    crop_pct, interpolation, size = 0.875, "bilinear", 224
+    crop_pct, interpolation, size = CROP_PCT, "bilinear", 224
     if name is None:
         pass  # not pretrained: ImageNet's statistics, the usual choice for natural images
     elif name.startswith(TIMM):

@@ -11,8 +11,7 @@ from typing import IO
 
 from ...engine.config import ConfigError
 from ...engine.files import OutputBusyError, open_partial, publish
-from .data import IMAGE_SUFFIXES
-from .sources import list_images
+from .sources import IMAGE_SUFFIXES, list_images
 
 
 class InputError(ValueError):

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torchvision.io import write_jpeg
 
 from ...engine.config import ConfigError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what decoding.decode_rgb reads
+PHOTO_SIZE = (375, 500)  # height, width: ImageNet's typical photo; JPEG quality 90 then gives ~100 KB
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
@@ -95,3 +98,32 @@ def list_images(folder: Path) -> tuple[list[str], list[str]]:
         listed.add(real)
         found.append((where, sorted(name for name in files if is_image(name))))
     return [os.path.join(where, name) for where, names in sorted(found) for name in names], skipped
+
+
+def photo(generator: torch.Generator, height: int, width: int) -> torch.Tensor:
+    """A photo-like uint8 image: smooth colour regions, mid-frequency texture and sensor noise, so JPEG files have
+    the size, and decoding the cost, of real photos (flat synthetic images decode several times faster)."""
+    base = F.interpolate(torch.rand(1, 3, 6, 8, generator=generator) * 255, size=(height, width), mode="bicubic")
+    texture = torch.randn(1, 3, height // 3, width // 3, generator=generator) * 40
+    texture = F.interpolate(texture, size=(height, width), mode="bilinear")
+    noise = torch.randn(1, 3, height, width, generator=generator) * 10
+    return (base + texture + noise).clamp(0, 255).to(torch.uint8)[0]
+
+
+def write_photos(root: Path, samples: int, distinct: int = 64, size: tuple[int, int] = PHOTO_SIZE) -> None:
+    """`samples` photo-like JPEGs in root/train/<shape>/, and one per class in root/val/.
+
+    Past `distinct` images the files are hard links to earlier ones: the loader still opens and decodes each file,
+    and writing thousands of photos would take longer than reading them."""
+    generator = torch.Generator().manual_seed(0)
+    written: list[Path] = []
+    for i in range(min(samples, distinct)):
+        folder = root / "train" / SHAPES[i % len(SHAPES)]
+        folder.mkdir(parents=True, exist_ok=True)
+        written.append(folder / f"{i}.jpg")
+        write_jpeg(photo(generator, *size), str(written[-1]), quality=90)
+    for i in range(len(written), samples):
+        os.link(written[i % len(written)], written[i % len(written)].with_name(f"{i}.jpg"))
+    for first in written[: len(SHAPES)]:  # each class train/ has: fewer than all when distinct < len(SHAPES)
+        (root / "val" / first.parent.name).mkdir(parents=True, exist_ok=True)
+        os.link(first, root / "val" / first.parent.name / "0.jpg")
