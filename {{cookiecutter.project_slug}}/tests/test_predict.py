@@ -20,13 +20,13 @@ import predict
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.tasks.image_classification import decoding
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import PredictConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification.images import is_encoded
 from {{ cookiecutter.package_name }}.tasks.image_classification.inference import (
     REQUIRED_HPARAMS,
     Predictor,
     load_classifier,
     predict_loader,
 )
-from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import is_encoded
 
 Held = list[tuple[Path, str]]
 # Pinned, not left to the bake's defaults (which may be 16-mixed, a CUDA-only precision), as in conftest's tiny_args.

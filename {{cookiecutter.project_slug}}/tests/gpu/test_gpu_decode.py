@@ -14,8 +14,9 @@ from probes import GPU, NEEDS_TORCHCODEC
 
 import train
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import decode_each, decode_rgb
+from {{ cookiecutter.package_name }}.tasks.image_classification.images import ImageFiles
 from {{ cookiecutter.package_name }}.tasks.image_classification.sources import photo, write_photos
-from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import ImageFiles, decode_each, decode_rgb
 
 pytestmark = GPU
 

@@ -25,13 +25,13 @@ from ...engine.hardware import Hardware
 from ...engine.monitors import HALF
 from ...engine.trainer import build_trainer
 from .config import ImageOptions
-from .data import ImageDataModule, random_crop_flip
+from .data import ImageDataModule
 from .decoding import torchcodec_available
 from .inference import Predictor, predict_loader
 from .module import ImageClassifier
 from .networks import build_network, preprocessing
 from .sources import list_images, write_photos
-from .transforms import eval_transform
+from .transforms import eval_transform, random_crop_flip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,19 +20,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ...engine.config import ConfigError
 from ...engine.loaders import eval_loader, train_loader
+from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
-from .transforms import (
-    CROP_PCT,
-    ImageFiles,
-    collate_bytes,
-    collate_images,
-    decode_encoded,
-    eval_transform,
-    is_encoded,
-    keep_bytes_on_host,
-    max_side,
-    train_transform,
-)
+from .transforms import CROP_PCT, eval_transform, random_crop_flip, train_transform
 
 Batch = tuple[Tensor, Tensor]
 
@@ -71,20 +61,6 @@ def image_folders(root: Path, classes: list[str], mode: str) -> dict[str, tuple[
             f"{loops[0]} -> {os.path.realpath(loops[0])}); each image is used once"
         )
     return samples
-
-
-def random_crop_flip(x: Tensor, pad: int) -> Tensor:
-    """Per-sample random crop from a reflect-padded batch, then a random horizontal flip, all on x's device."""
-    n, c, h, w = x.shape
-    padded = F.pad(x, (pad, pad, pad, pad), mode="reflect")
-    top, left = (torch.randint(0, 2 * pad + 1, (n, 1), device=x.device) for _ in range(2))
-    rows = (top + torch.arange(h, device=x.device))[:, None, :, None]
-    cols = (left + torch.arange(w, device=x.device))[:, None, None, :]
-    batch = torch.arange(n, device=x.device)[:, None, None, None]
-    channel = torch.arange(c, device=x.device)[None, :, None, None]
-    x = padded[batch, channel, rows, cols]
-    flip = torch.rand(n, 1, 1, 1, device=x.device) < 0.5
-    return torch.where(flip, x.flip(-1), x)
 
 
 class ImageDataModule(L.LightningDataModule):

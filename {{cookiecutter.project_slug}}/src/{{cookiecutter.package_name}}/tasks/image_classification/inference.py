@@ -20,17 +20,9 @@ from ...engine.config import ConfigError
 from ...engine.guards import check_checkpoint
 from ...engine.hardware import Hardware
 from ...engine.loaders import eval_loader
+from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .module import ImageClassifier
-from .transforms import (
-    ImageFiles,
-    collate_bytes,
-    collate_images,
-    decode_encoded,
-    eval_transform,
-    is_encoded,
-    keep_bytes_on_host,
-    max_side,
-)
+from .transforms import eval_transform
 
 # What predict.py and export.py need from a checkpoint's hparams besides the weights (train.py saves them all).
 REQUIRED_HPARAMS = ("model", "class_names", "image_size", "mean", "std", "crop_pct")
