@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
     if cfg.format == "onnx":
         check_onnx_installed()
-    from {{ cookiecutter.package_name }}.tasks.image_classification.export import ParityError, export, output_path
-    from {{ cookiecutter.package_name }}.tasks.image_classification.inference import ServingModel, load_classifier
+    from {{ cookiecutter.package_name }}.tasks.image_classification.export import ParityError, ServingModel, export, output_path
+    from {{ cookiecutter.package_name }}.tasks.image_classification.predict import load_classifier
 
     try:
         output_path(cfg)  # a bad --output answers before minutes of exporting

@@ -37,12 +37,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from {{ cookiecutter.package_name }}.engine.files import discard
     from {{ cookiecutter.package_name }}.engine.trainer import build_trainer, launched_as_global_zero
     from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import UnreadableImageError, decode_choice
-    from {{ cookiecutter.package_name }}.tasks.image_classification.inference import Predictor, load_classifier, predict_loader
-    from {{ cookiecutter.package_name }}.tasks.image_classification.predictions import (
+    from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
         InputError,
+        Predictor,
         collect_images,
         commit,
+        load_classifier,
         open_output,
+        predict_loader,
         summary,
         write_rows,
     )

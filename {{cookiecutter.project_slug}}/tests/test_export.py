@@ -15,7 +15,8 @@ from torchvision.io import decode_image
 from trained_model import run_python, trained_checkpoint
 
 import export
-from {{ cookiecutter.package_name }}.tasks.image_classification.inference import ServingModel, load_classifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.export import ServingModel
+from {{ cookiecutter.package_name }}.tasks.image_classification.predict import load_classifier
 
 Held = list[tuple[Path, str]]
 

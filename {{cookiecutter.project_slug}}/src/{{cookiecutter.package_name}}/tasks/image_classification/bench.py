@@ -27,9 +27,9 @@ from ...engine.trainer import build_trainer
 from .config import ImageOptions
 from .data import ImageDataModule
 from .decoding import torchcodec_available
-from .inference import Predictor, predict_loader
 from .module import ImageClassifier
 from .networks import build_network, preprocessing
+from .predict import Predictor, predict_loader
 from .sources import list_images, write_photos
 from .transforms import eval_transform, random_crop_flip
 

@@ -1,4 +1,4 @@
-"""Export a trained classifier as one graph (inference.ServingModel) and prove it computes what PyTorch does.
+"""Export a trained classifier as one graph (ServingModel) and prove it computes what PyTorch does.
 
 The file is written under a hidden partial name beside the output (files.py), run on images it was not traced with
 (another batch size, another image size), compared with the PyTorch model, and only then renamed into place.
@@ -13,16 +13,35 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ...engine.config import ConfigError
 from ...engine.files import OutputBusyError, discard, open_partial, publish
 from .config import ExportConfig
-from .inference import ServingModel
+from .module import ImageClassifier
+from .transforms import eval_transform
 
 SUFFIXES = {"onnx": ".onnx", "torch-export": ".pt2"}
 # The class of each logit, as a JSON list, inside the file: ONNX metadata_props, or an extra file of the .pt2 archive.
 CLASS_NAMES = "class_names"
+
+
+class ServingModel(nn.Module):
+    """uint8 (N, 3, H, W) images of any size -> logits: the eval crop, normalisation and network as one graph.
+
+    A serving process needs nothing of this project: it sends the decoded images and gets one logit per class."""
+
+    def __init__(self, classifier: ImageClassifier) -> None:
+        super().__init__()
+        self.classifier = classifier
+        self.image_size, self.crop_pct = int(classifier.hparams["image_size"]), float(classifier.hparams["crop_pct"])
+        self.class_names = [str(name) for name in classifier.hparams["class_names"]]
+
+    def forward(self, images: Tensor) -> Tensor:
+        # Sizes by tensor arithmetic on the shape, so that N, H and W stay symbolic in the exported graph.
+        ones = torch.ones(images.shape[0], 1, device=images.device)
+        sizes = torch.cat([ones * images.shape[2], ones * images.shape[3]], dim=1)
+        return self.classifier(eval_transform(images, sizes, self.image_size, self.crop_pct))
 
 
 class ParityError(RuntimeError):
