@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError, last_path
 from .cli import fail, parse_run, save_yaml
 from .config import Config, ConfigError
+from .guards import NonFiniteLossError
+from .resume import StopOnSignal
 from .rundir import check_output_dir, hold_output_dir
 from .task import Task
 
@@ -21,11 +31,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         check_output_dir(cfg)
     except ConfigError as err:
         fail(str(err))
-    import lightning as L
-
     from . import hardware
-    from .checkpoints import resume_path
-    from .guards import check_checkpoint, check_same_network
+    from .checkpoints import check_checkpoint, check_same_network, resume_path
     from .resume_changes import RunRecord, check_changes, keep_batch_size
     from .trainer import block_types, build_trainer, check_launcher, launched_as_global_zero
 
@@ -50,7 +57,11 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     wrap = (task.wrap_policy or block_types)(getattr(model, "net", model))
     rank_zero = launched_as_global_zero()  # node 0's first process only: every node has a first process
-    with hold_output_dir(cfg, rank_zero):  # one run at a time in an --output-dir
+    with ExitStack() as held:
+        try:
+            held.enter_context(hold_output_dir(cfg, rank_zero))  # one run at a time in an --output-dir
+        except ConfigError as err:  # another run holds it, or the disk is full
+            fail(str(err))
         if rank_zero:
             print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
             for note in notes:  # the options changed on resume, and what is done with each
@@ -69,8 +80,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
 def _fit_and_test(
     task: Task, cfg: Config, opts: Any, hw: Any, trainer: Any, model: Any, datamodule: Any, ckpt: str | None
 ) -> dict[str, float]:
-    from .checkpoints import last_path
-    from .guards import explain_failures, scale_batch_size
+    from .guards import scale_batch_size
     from .monitors import LogStepThroughputMonitor
 
     if cfg.auto_batch_size:
@@ -123,3 +133,57 @@ def run(task: Task, argv: list[str] | None = None) -> None:
     finally:  # a further signal while Python shuts down (loader workers, logger threads) keeps the exit code
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_IGN)
+
+
+@contextmanager
+def explain_failures(
+    cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule, unit: str = "samples"
+) -> Iterator[None]:
+    """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
+    samples (images), for the out-of-memory line."""
+    try:
+        yield
+    except ConfigError as err:
+        fail(str(err))
+    except (NonFiniteLossError, NonFiniteWeightsError) as err:
+        last = last_path(cfg.output_dir)
+        kept = f"the last good checkpoint {last} is untouched" if last.is_file() else "no checkpoint was written"
+        # A fresh start: a resumed run would continue the saved optimizer and schedule
+        fail(
+            f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
+            "--gradient-clip-val 1.0, and --precision bf16-mixed rather than 16-mixed (fp16 overflows where bf16 "
+            "does not)",
+            code=1,
+        )
+    except torch.OutOfMemoryError:
+        size = datamodule.hparams.get("batch_size", cfg.batch_size)
+        fail(
+            f"--batch-size: out of memory with {size} {unit} per device; "
+            f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
+            f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
+            code=1,
+        )
+    except CheckpointSpaceError as err:
+        fail(
+            f"--output-dir: {err.strerror}; the previous checkpoint is untouched. Free space or choose another "
+            "--output-dir, then --resume last",
+            code=1,
+        )
+    except (SIGTERMException, KeyboardInterrupt) as err:
+        # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        signum = (stop.signum if stop else None) or (
+            signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
+        )
+        name = signal.Signals(signum).name
+        if trainer.is_global_zero and trainer.state.fn == TrainerFn.TESTING:
+            config = Path(cfg.output_dir, "config.yaml")
+            print(
+                f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
+                f"Test it with: python train.py --config {config} --resume last",
+                file=sys.stderr,
+            )
+        elif trainer.is_global_zero:
+            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
+            print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None

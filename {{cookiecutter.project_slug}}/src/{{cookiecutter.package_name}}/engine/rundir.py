@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from .checkpoints import last_path, out_of_space
-from .cli import fail
 from .config import Config, ConfigError
 
 
@@ -54,7 +53,7 @@ def _no_space(path: Path, created: list[Path], err: OSError) -> NoReturn:
     for folder in created:
         with contextlib.suppress(OSError):
             folder.rmdir()
-    fail(f"--output-dir: no space left in {path}; free some, or give another --output-dir")
+    raise ConfigError("output_dir", f"no space left in {path}; free some, or give another --output-dir")
 
 
 @contextmanager
@@ -76,7 +75,8 @@ def hold_output_dir(cfg: Config, is_global_zero: bool) -> Iterator[None]:
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().decode(errors="replace").strip() or "unknown"
-            fail(f"--output-dir: another run (pid {holder}) is using {path}; wait for it, or give another --output-dir")
+            message = f"another run (pid {holder}) is using {path}; wait for it, or give another --output-dir"
+            raise ConfigError("output_dir", message) from None
         except OSError as err:  # Lustre without -o flock, some NFS: the run works, only unguarded
             warnings.warn(
                 f"cannot lock {path / '.lock'} on this filesystem ({err.strerror}): nothing keeps a second run out "
