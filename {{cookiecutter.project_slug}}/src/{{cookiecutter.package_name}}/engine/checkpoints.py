@@ -24,7 +24,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
 from .config import ConfigError
-from .files import partial_path
+from .files import partial_path, publish
 
 
 def last_path(output_dir: str | Path) -> Path:
@@ -96,10 +96,8 @@ def tensor_bytes(tree: Any) -> int:
 
 
 def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
-    """torch.save to `.<name>.partial` beside `path`, fsync, rename over `path`, fsync the directory.
-
-    The partial file has a fixed name, so one a killed save left behind is overwritten by the next save.
-    """
+    """torch.save to `.<name>.partial` beside `path`, fsync, then `files.publish`: renamed over `path`, the directory
+    fsynced. The partial file has a fixed name, so one a killed save left behind is overwritten by the next save."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(path)
     try:
@@ -107,17 +105,12 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
             torch.save(checkpoint, fh)
             fh.flush()
             os.fsync(fh.fileno())  # the data is on disk before the name points at it
-        os.replace(partial, path)
+        publish(partial, path)
     except BaseException as err:
         partial.unlink(missing_ok=True)
         if out_of_space(err):
             raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # and the rename itself survives a power cut
-    finally:
-        os.close(directory)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -46,11 +46,17 @@ def write_text(final: Path, text: str) -> None:
 
 
 def publish(temp: Path, final: Path) -> None:
-    """Rename a finished file into place, with the permissions a plain open() would have given it."""
+    """Rename a finished (and fsynced) file into place, with the permissions a plain open() would have given it; the
+    whole project's one rename-into-place, checkpoints included."""
     umask = os.umask(0)
     os.umask(umask)
     temp.chmod(0o666 & ~umask)
     os.replace(temp, final)
+    directory = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # and the rename itself survives a power cut
+    finally:
+        os.close(directory)
 
 
 def discard(handle: IO[str]) -> None:

@@ -134,7 +134,7 @@ def build_logger(cfg: Config, version: Any = None) -> Logger:
 
 def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
     """`task`: its monitor picks the best checkpoint and its counts feed the throughput; unset = val/loss, min."""
-    checkpoints = Path(cfg.output_dir) / "checkpoints"
+    checkpoints = last_path(cfg.output_dir).parent
     monitor, mode = (task.monitor, task.mode) if task else ("val/loss", "min")
     short = monitor.rsplit("/", 1)[-1]
     every_steps, every_seconds = parse_every(cfg.checkpoint_every)
