@@ -111,8 +111,8 @@ about() {
     # The answers that set GPU defaults, as the project's own config holds them.
     (cd "$project" && PYTHONPATH=src "$PYTHON" -c "
 import dataclasses, importlib, pathlib
-package = next(pathlib.Path('src').glob('*/config.py')).parent.name
-cfg = importlib.import_module(package + '.config').Config()
+package = next(pathlib.Path('src').glob('*/engine/config.py')).parent.parent.name
+cfg = importlib.import_module(package + '.engine.config').Config()
 print('bake defaults:', {k: getattr(cfg, k) for k in ('precision', 'compile', 'channels_last', 'strategy', 'logger')})
 ")
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -157,11 +157,11 @@ def python_with_a_fake_gpu(tmp_path: Path) -> Path:
 
 
 def fake_project(root: Path, suite: str) -> Path:
-    """The least the script needs of a baked project: train.py, src/<package>/config.py and gpu-marked tests."""
+    """The least the script needs of a baked project: train.py, src/<package>/engine/config.py and gpu-marked tests."""
     pytest_report(root, suite)
     (root / "train.py").write_text("")
-    (root / "src" / "pkg").mkdir(parents=True)
-    (root / "src" / "pkg" / "config.py").write_text(
+    (root / "src" / "pkg" / "engine").mkdir(parents=True)
+    (root / "src" / "pkg" / "engine" / "config.py").write_text(
         "from dataclasses import dataclass\n\n@dataclass\nclass Config:\n    precision: str = 'auto'\n"
         "    compile: bool | None = None\n    channels_last: bool = True\n    strategy: str = 'auto'\n"
         "    logger: str = 'csv'\n"
