@@ -108,3 +108,44 @@ def test_after_a_mid_epoch_resume_the_epoch_line_times_this_run_not_the_machine(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [done] = re.findall(r"epoch 1/1 done in (\d+) s, step 8", resumed.stdout)
     assert int(done) <= took, f"the epoch line says {done} s; the whole resumed run took {took:.0f} s"
+
+
+class TokenModel(L.LightningModule):
+    """Sequences of 12 tokens of 4 features each: a batch counts its sequences as samples and its tokens as items."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.net(batch[0]).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> Any:
+        data = torch.utils.data.TensorDataset(torch.randn(64, 12, 4))
+        return torch.utils.data.DataLoader(data, batch_size=8)
+
+
+def test_a_tasks_items_per_sample_are_logged_as_items_per_second(tmp_path: Path) -> None:
+    from {{ cookiecutter.package_name }}.engine.monitors import LogStepThroughputMonitor
+
+    monitor = LogStepThroughputMonitor(
+        lambda b: b[0].size(0), every_n_steps=2, length_fn=lambda b: b[0][:, :, 0].numel()
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=8,
+        callbacks=[monitor],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(TokenModel())
+    logged = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    assert logged["train/samples"] == 64 and logged["train/lengths"] == 64 * 12
+    per_device = logged["train/device/items_per_sec"] / logged["train/device/samples_per_sec"]
+    assert per_device == pytest.approx(12, rel=1e-6)
