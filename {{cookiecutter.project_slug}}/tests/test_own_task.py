@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -117,3 +118,21 @@ def test_sigterm_to_the_group_saves_and_resume_ends_bit_identical_to_an_uninterr
     assert got["global_step"] == want["global_step"] == 600
     for name, weight in want["state_dict"].items():
         assert torch.equal(got["state_dict"][name], weight), name
+
+
+def test_a_task_whose_options_shadow_the_engines_is_refused_when_it_is_written() -> None:
+    from dataclasses import dataclass
+
+    from {{ cookiecutter.package_name }}.engine import Task, opt
+
+    @dataclass
+    class Shadowing:
+        lr: float = opt(0.1, "a second --lr would silently win over the engine's")
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("a refused task is never built")
+
+    with pytest.raises(TypeError, match=r"options \['lr'\] are the engine's own"):
+        Task("shadowing", Shadowing, build_data=never, build_model=never)
+    with pytest.raises(TypeError, match="mode must be 'min' or 'max'"):
+        Task("backwards", dataclass(type("Empty", (), {})), build_data=never, build_model=never, mode="largest")
