@@ -107,9 +107,14 @@ class EngineModule(L.LightningModule):
             note(f"FLOPs of {name} cannot be counted on the meta device ({type(err).__name__}); no MFU logged")
             return 0
 
-    def configure_model(self) -> None:
+    def recorded_no_decay(self) -> set[str]:
+        """The no-decay names under self.net, recorded on first use: configure_model uses it before FSDP wraps."""
         if self.no_decay is None:
             self.no_decay = no_decay_names(self.net)
+        return self.no_decay
+
+    def configure_model(self) -> None:
+        self.recorded_no_decay()
         if self.hparams.get("compile") and not getattr(self.net, "_compiled_call_impl", None):
             # dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by
             # default dynamo answers a new size by making the batch dimension symbolic, also in the training graph
@@ -120,11 +125,10 @@ class EngineModule(L.LightningModule):
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: decayed, then not decayed. Told apart by the recorded names: under FSDP every parameter is
         already a flat 1-D shard when the optimizer is built, and module types are hidden."""
-        if self.no_decay is None:
-            self.no_decay = no_decay_names(self.net)
+        no_decay = self.recorded_no_decay()
         decay: dict[bool, list[nn.Parameter]] = {True: [], False: []}
         for name, p in self.named_parameters():
-            decay[clean_name(name) not in self.no_decay].append(p)
+            decay[clean_name(name) not in no_decay].append(p)
         weight_decay = self.hparams.get("weight_decay", 0.0)
         return [{"params": ps, "weight_decay": weight_decay if d else 0.0} for d, ps in decay.items() if ps]
 

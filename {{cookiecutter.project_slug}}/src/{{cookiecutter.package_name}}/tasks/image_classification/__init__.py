@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...engine.config import Config, ConfigError
+from ...engine.resume_changes import AFRESH, RECORD, SCHEDULE
 from ...engine.task import Task
 from .config import ImageOptions
 
@@ -54,14 +55,13 @@ def build_model(cfg: Config, opts: ImageOptions, hw: Hardware, datamodule: Any) 
 def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, datamodule: Any) -> list[str]:
     """The same classes in the same order, and for folders the same number of training images; for synthetic data
     the same --train-samples."""
-    record = checkpoint.get("run_record") or {}
-    afresh = "or start afresh in another --output-dir"
+    record = checkpoint.get(RECORD) or {}
     if opts.data == "synthetic" and record.get("train_samples", opts.train_samples) != opts.train_samples:
         before = record["train_samples"]
         raise ConfigError(
             "train_samples",
             f"the checkpoint was trained with {before}, not {opts.train_samples}; the synthetic images and the "
-            f"epoch's length follow it: resume with --train-samples {before}, {afresh}",
+            f"epoch's length follow it: resume with --train-samples {before}, {AFRESH}",
         )
     classes = list(datamodule.classes)
     saved_classes = list((checkpoint.get("hyper_parameters") or {}).get("class_names", classes))
@@ -69,19 +69,18 @@ def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, da
         raise ConfigError(
             "data_dir",
             f"the checkpoint was trained with the classes {', '.join(saved_classes)}, not {', '.join(classes)}; "
-            f"its outputs are those classes in that order: resume with the data it was trained on, {afresh}",
+            f"its outputs are those classes in that order: resume with the data it was trained on, {AFRESH}",
         )
     images = len(datamodule.samples["train"][0]) if opts.data == "folder" else None
     if images is not None and record.get("train_images", images) != images:
         raise ConfigError(
             "data_dir",
             f"the checkpoint was trained with {record['train_images']} training images, not {images}; the "
-            f"epoch's order and length follow them: resume with the same images, {afresh}",
+            f"epoch's order and length follow them: resume with the same images, {AFRESH}",
         )
     return []
 
 
-SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
 TASK = Task(
     name="the image classifier",
     options=ImageOptions,
