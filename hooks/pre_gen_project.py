@@ -20,16 +20,17 @@ SUPPORTED_PYTHON = ("3.10", "3.11", "3.12", "3.13")  # what torch, lightning and
 # Distributions the project depends on: pip cannot install a project that depends on its own name.
 DEPENDENCIES = {"torch", "torchvision", "lightning", "torchmetrics", "numpy", "pyyaml", "rich", "tensorboard", "pillow"}
 DEPENDENCIES |= {"timm", "torchcodec", "safetensors", "onnx", "onnxruntime", "onnxscript"}
-DEPENDENCIES |= {"pytest", "ruff", "mypy", "types-pyyaml"}
+DEPENDENCIES |= {"pytest", "ruff", "mypy", "types-pyyaml", "optuna", "matplotlib", "psycopg", "psycopg-binary"}
 # Top-level modules the project or its dependencies import; a package of that name would be imported instead.
 # (`test` is the standard library's own test package, which sys.stdlib_module_names leaves out.)
 IMPORTED = {"torch", "torchvision", "lightning", "lightning_utilities", "pytorch_lightning", "torchmetrics", "numpy"}
 IMPORTED |= {"yaml", "PIL", "rich", "tensorboard", "triton", "sympy", "fsspec", "packaging", "typing_extensions"}
 IMPORTED |= {"tqdm", "jinja2", "filelock", "networkx", "pytest", "mypy", "ruff", "test"}
 IMPORTED |= {"timm", "torchcodec", "safetensors", "huggingface_hub", "onnx", "onnxruntime", "onnxscript"}
+IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg"}
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
-IMPORTED |= {"pause_ranks", "test_resume"}
+IMPORTED |= {"pause_ranks", "test_resume", "sweep"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -38,6 +38,7 @@ ANSWER_INDEPENDENT = [
     "test_resume_changes.py",
     "test_own_task.py",
     "test_layout.py",
+    "test_sweep.py",
     "gpu",  # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
 ]
 
@@ -55,24 +56,29 @@ STOPS_AND_RESUMES = [
     "test_full_disk.py",
     "test_own_task.py",
 ]
-SUITES = {  # id: (answers, test files to leave out, minutes on 2 busy cores: conftest.py deals long tests by it)
-    "defaults": ({}, STOPS_AND_RESUMES, 6),
-    "defaults-stops-and-resumes": ({}, None, 6),
-    "fp16-fsdp-csv": (FP16_FSDP_CSV, ANSWER_INDEPENDENT, 3),
-    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, ANSWER_INDEPENDENT, 3),
+# The sweep's tests (a few minutes of train.py subprocesses) are a third part.
+SWEEP = ["test_sweep.py"]
+SUITES = {  # id: (answers, files left out, the only files run, minutes on 2 busy cores: conftest.py deals by it)
+    "defaults": ({}, STOPS_AND_RESUMES + SWEEP, [], 6),
+    "defaults-stops-and-resumes": ({}, [], STOPS_AND_RESUMES, 6),
+    "defaults-sweep": ({}, [], SWEEP, 5),
+    "fp16-fsdp-csv": (FP16_FSDP_CSV, ANSWER_INDEPENDENT, [], 3),
+    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, ANSWER_INDEPENDENT, [], 3),
 }
 
 
 @pytest.mark.parametrize(
-    ("answers", "left_out"),
-    [pytest.param(a, out, id=k, marks=pytest.mark.suite(minutes=m)) for k, (a, out, m) in SUITES.items()],
+    ("answers", "left_out", "only_these"),
+    [pytest.param(a, out, only, id=k, marks=pytest.mark.suite(minutes=m)) for k, (a, out, only, m) in SUITES.items()],
 )
-def test_generated_suite_passes(tmp_path: Path, answers: dict[str, str], left_out: list[str] | None) -> None:
+def test_generated_suite_passes(
+    tmp_path: Path, answers: dict[str, str], left_out: list[str], only_these: list[str]
+) -> None:
     project = bake(tmp_path, **answers)
-    for name in ANSWER_INDEPENDENT + STOPS_AND_RESUMES:
-        assert (project / "tests" / name).exists(), f"{name} is gone: update ANSWER_INDEPENDENT or STOPS_AND_RESUMES"
-    only = [f"tests/{name}" for name in STOPS_AND_RESUMES] if left_out is None else []
-    skip = [f"--ignore=tests/{name}" for name in left_out or []]
+    for name in ANSWER_INDEPENDENT + STOPS_AND_RESUMES + SWEEP:
+        assert (project / "tests" / name).exists(), f"{name} is gone: update the lists above"
+    only = [f"tests/{name}" for name in only_these]
+    skip = [f"--ignore=tests/{name}" for name in left_out]
     result = run(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=1200
     )

@@ -37,7 +37,7 @@ def note(message: str) -> None:
     print(f"note: {message}", flush=True)
 
 
-def _converter(annotation: Any) -> Callable[[str], Any]:
+def converter(annotation: Any) -> Callable[[str], Any]:
     """str -> value for a field's type; `X | None` also accepts 'none', and 'auto' for the unset default of a number.
 
     A text field keeps 'auto' as it is: `--resume auto` is a value, not the absence of one.
@@ -81,7 +81,7 @@ def build_parser(*schemas: type, prog: str, description: str) -> argparse.Argume
         if bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
         else:
-            parser.add_argument(flag, type=_converter(hints[f.name]), **kwargs)
+            parser.add_argument(flag, type=converter(hints[f.name]), **kwargs)
     return parser
 
 
@@ -113,7 +113,7 @@ def load_yaml(path: str, *schemas: type) -> dict[str, Any]:
             values[name] = value
             continue
         try:
-            values[name] = _converter(hints[name])(str(value))
+            values[name] = converter(hints[name])(str(value))
         except argparse.ArgumentTypeError as err:
             fail(f"--config: key {key!r} in {path}: {err}")
     return values

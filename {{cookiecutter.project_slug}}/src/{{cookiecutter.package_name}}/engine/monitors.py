@@ -9,8 +9,10 @@ The two callbacks here read the GPU only on logging steps, which read it anyway 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -156,3 +158,19 @@ def epoch_metrics(metrics: dict[str, Any]) -> dict[str, float]:
         if k.count("/") == 1 and k.startswith(("train/", "val/")) and not k.endswith(("_per_sec", *counters))
     }
     return dict(sorted(own.items(), key=lambda kv: (kv[0].startswith("val/"), not kv[0].endswith("/loss"), kv[0])))
+
+
+class ValidationRecord(L.Callback):
+    """Appends each validation's monitored metric to a JSON-lines file (<output-dir>/validation.jsonl), whatever the
+    logger: a plain record of the run, and what sweep.py reads to prune a trial while it runs."""
+
+    def __init__(self, path: Path, monitor: str) -> None:
+        self.path, self.monitor = path, monitor
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.monitor)
+        if trainer.sanity_checking or not trainer.is_global_zero or value is None:
+            return
+        record = {"epoch": trainer.current_epoch, "step": trainer.global_step, self.monitor: float(value)}
+        with open(self.path, "a") as file:
+            file.write(json.dumps(record) + "\n")

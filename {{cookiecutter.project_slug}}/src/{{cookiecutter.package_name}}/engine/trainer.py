@@ -29,7 +29,7 @@ from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
 from .metric_state import MetricStateResume
-from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress
+from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress, ValidationRecord
 from .resume import ExactResume, StopOnSignal
 from .task import Task, first_dim
 
@@ -164,6 +164,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
             every_n_steps=cfg.log_every_n_steps,
         ),
         progress(cfg.log_every_n_steps),
+        ValidationRecord(Path(cfg.output_dir) / "validation.jsonl", monitor),
         # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
         *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
     ]

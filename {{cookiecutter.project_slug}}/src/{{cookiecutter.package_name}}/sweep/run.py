@@ -1,0 +1,168 @@
+"""`sweep.py`: its options, the study's storage, and the run from first trial to report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..engine.cli import OneLineParser, fail, parse_run
+from ..engine.task import Task
+from .space import SpaceError, fixed_names, load_space
+
+PRUNERS = ("median", "hyperband", "none")
+STUDY = "sweep"  # one study per storage: the sweep directory (or the shared database) is the study
+USAGE = """Hyperparameter search on Optuna: each trial is `python train.py` with the flags after the sweep's own, the
+searched options from --space, and --output-dir SWEEP_DIR/trial-NNNN.
+
+    python sweep.py --space configs/sweep.yaml --trials 20 --output-dir sweeps/first --max-epochs 5
+    python sweep.py --report sweeps/first
+"""
+
+
+def parse(argv: list[str] | None, task: Task) -> tuple[Any, list[str]]:
+    parser = OneLineParser(prog="sweep.py", description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--space", help="YAML file: option -> {low, high[, log]}, {choices}, or a fixed value")
+    parser.add_argument("--trials", type=int, default=20, help="finished trials the study should hold (default 20)")
+    parser.add_argument("--output-dir", help="SWEEP_DIR: the study (study.db), trial-NNNN/ folders, report, plots")
+    parser.add_argument("--metric", default=task.monitor, help=f"what is optimised (default {task.monitor})")
+    parser.add_argument("--direction", choices=("min", "max"), help=f"default: {task.mode} for {task.monitor}")
+    parser.add_argument("--pruner", choices=PRUNERS, default="median", help="stop hopeless trials (default median)")
+    parser.add_argument(
+        "--storage",
+        help="sqlite:///, postgresql://, mysql:// URL or journal:PATH (default: SQLite "
+        "in SWEEP_DIR); shared by several sweep.py processes, they split the trials",
+    )
+    parser.add_argument("--parallel", type=int, default=1, help="trials at once on this machine (default 1)")
+    parser.add_argument("--devices-per-trial", type=int, default=1, help="GPUs per parallel trial (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without a heartbeat after "
+        "which another worker takes a running trial as lost and continues it (default 300)",
+    )
+    parser.add_argument("--report", metavar="SWEEP_DIR", help="only print the report of a sweep, and write its plots")
+    args, rest = parser.parse_known_args(argv)
+    if args.report is None and (args.space is None or args.output_dir is None):
+        fail("--space and --output-dir are required (or --report SWEEP_DIR)")
+    if not args.heartbeat_timeout > 0:
+        fail(f"--heartbeat-timeout: must be a positive number of seconds, got {args.heartbeat_timeout}")
+    for name in ("trials", "parallel", "devices_per_trial"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')}: must be a positive integer, got {getattr(args, name)}")
+    return args, rest
+
+
+def storage(url: str | None, sweep_dir: Path) -> Any:
+    from optuna.storages import JournalStorage, RDBStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if url is not None and url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        if not path.parent.is_dir():
+            fail(f"--storage: {path.parent} does not exist; the journal file goes in an existing folder")
+        return JournalStorage(JournalFileBackend(str(path)))
+    url = url or f"sqlite:///{sweep_dir.resolve() / 'study.db'}"
+    if "://" not in url or url.split("://")[0].split("+")[0] not in ("sqlite", "postgresql", "mysql"):
+        fail(f"--storage: {url!r} is not sqlite:///PATH, postgresql://..., mysql://... or journal:PATH")
+    try:
+        return RDBStorage(url)
+    except Exception as err:  # no driver (ImportError), no server, no access, a file that is not a database
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        fail(f"--storage: cannot open {url}: {reason}")
+
+
+def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
+    args, rest = parse(argv, task)
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        fail("sweep.py needs Optuna and matplotlib, the `sweep` extra: pip install -e '.[sweep]'")
+    from .report import report
+
+    if args.report is not None:
+        report(load_study(args.storage, Path(args.report)), Path(args.report), args.metric)
+        return
+    sweep_dir = Path(args.output_dir)
+    try:
+        params = load_space(args.space, task.options)
+    except SpaceError as err:
+        fail(str(err))
+    clash = fixed_names(rest, task.options) & {p.name for p in params}
+    if clash:
+        fail(f"--space: {', '.join(sorted(clash))} is both searched and fixed by a flag; leave one out")
+    with tempfile.TemporaryDirectory() as scratch:  # the fixed flags, refused here as train.py would refuse them
+        parse_run([*rest, f"--output-dir={scratch}/x"], task.options, task.name)
+    direction = args.direction or (task.mode if args.metric == task.monitor else None)
+    if direction is None:
+        fail(f"--direction: say min or max for --metric {args.metric}")
+    slots = gpu_slots(args.parallel, args.devices_per_trial)
+    created = not sweep_dir.exists()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        study = open_study(args, sweep_dir, direction)
+    except SystemExit:  # a storage that cannot be opened leaves nothing behind
+        if created:
+            shutil.rmtree(sweep_dir)
+        raise
+    from .trials import Sweep
+
+    sweep = Sweep(study, params, rest, sweep_dir, args.trials, args.metric, script, slots, args.heartbeat_timeout)
+    print(f"sweep: {args.trials} trials of {task.name}, {args.metric} ({study.direction.name.lower()}), {sweep_dir}")
+    signum = sweep.run()
+    report(study, sweep_dir, args.metric)
+    if signum is not None:
+        print(f"stopped by {signal.Signals(signum).name}; run the same command again to continue", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+
+def open_study(args: Any, sweep_dir: Path, direction: str) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # sweep.py prints one line per trial itself
+    pruner = {
+        "median": optuna.pruners.MedianPruner(n_startup_trials=2),
+        "hyperband": optuna.pruners.HyperbandPruner(),
+        "none": optuna.pruners.NopPruner(),
+    }[args.pruner]
+    return optuna.create_study(
+        study_name=STUDY,
+        storage=storage(args.storage, sweep_dir),
+        load_if_exists=True,
+        direction="minimize" if direction == "min" else "maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=4),
+        pruner=pruner,
+    )
+
+
+def load_study(url: str | None, sweep_dir: Path) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if url is None and not (sweep_dir / "study.db").is_file():
+        fail(f"--report: no study in {sweep_dir} (no study.db); give the sweep's --output-dir, or its --storage")
+    try:
+        return optuna.load_study(study_name=STUDY, storage=storage(url, sweep_dir))
+    except KeyError:
+        fail(f"--report: the storage holds no sweep.py study named {STUDY!r}")
+
+
+def gpu_slots(parallel: int, per_trial: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES of each parallel trial; None everywhere on a machine without CUDA GPUs."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    if not gpus:
+        return [None] * parallel
+    if parallel * per_trial > len(gpus):
+        need = parallel * per_trial
+        fail(f"--parallel: {parallel} trials x {per_trial} GPU(s) need {need}, this machine has {len(gpus)}")
+    return [",".join(gpus[i * per_trial : (i + 1) * per_trial]) for i in range(parallel)]

@@ -1,0 +1,128 @@
+"""The search space: a YAML mapping of train.py options to ranges, choices or fixed values, checked against the
+options' types and checks before any trial starts.
+
+    lr: {low: 1.0e-4, high: 1.0e-2, log: true}   # a float option: uniform, or log-uniform with log: true
+    max_epochs: {low: 2, high: 8}                # an int option: integers from low to high
+    batch_size: {choices: [64, 128, 256]}        # any option: one of these
+    warmup_fraction: 0.1                         # any option: fixed for every trial
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..engine.cli import converter
+from ..engine.config import Config, ConfigError
+
+
+class SpaceError(ValueError):
+    """A search space that cannot be searched: the message names the file, the key and what would be valid."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "float", "int", "choice" or "fixed"
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: Any) -> Any:
+        """The value for `trial` (an optuna.Trial); an enqueued trial gets back the value it was given."""
+        if self.kind == "float":
+            return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        return self.choices[0]
+
+
+def as_flag(name: str, value: Any) -> list[str]:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag[2:]]
+    return [f"{flag}={'none' if value is None else value}"]
+
+
+def load_space(path: str, options: type) -> list[Param]:
+    """Every key an option of Config or of the task's `options`, every value of the option's type and checks."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise SpaceError(f"--space: cannot read {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise SpaceError(f"--space: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise SpaceError(f"--space: {path} must map option names to ranges, choices or values")
+    hints = {**typing.get_type_hints(Config), **typing.get_type_hints(options)}
+    reserved = ("output_dir", "resume", "config")
+    params = []
+    for key, spec in data.items():
+        name = str(key).replace("-", "_")
+        where = f"--space: {path}: {key!r}"
+        if name in reserved or name not in hints:
+            valid = "every train.py option but " + ", ".join(reserved) if name in reserved else "a train.py option"
+            raise SpaceError(f"{where} is not {valid} (see python train.py --help)")
+        params.append(_param(name, spec, hints[name], where))
+    for param in params:  # each value once through the options' own checks, as a trial would give it
+        for value in param.choices or (param.low, param.high):
+            _check(param.name, value, options, f"--space: {path}: {param.name!r}")
+    return params
+
+
+def _param(name: str, spec: Any, hint: Any, where: str) -> Param:
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    if not isinstance(spec, dict):
+        return Param(name, "fixed", choices=(_value(spec, hint, where),))
+    if set(spec) == {"choices"}:
+        if not isinstance(spec["choices"], list) or not spec["choices"]:
+            raise SpaceError(f"{where}: choices must be a non-empty list")
+        return Param(name, "choice", choices=tuple(_value(v, hint, where) for v in spec["choices"]))
+    if not {"low", "high"} <= set(spec) <= {"low", "high", "log"}:
+        shapes = "a mapping with low and high (and log: true), one with choices, or a value"
+        raise SpaceError(f"{where}: give {shapes}; got {spec}")
+    if base not in (int, float):
+        raise SpaceError(f"{where} is a {getattr(base, '__name__', base)} option: a range needs a number; use choices")
+    low, high = (_value(spec[k], base, where) for k in ("low", "high"))
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise SpaceError(f"{where}: log must be true or false, got {log!r}")
+    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+        raise SpaceError(f"{where}: low must be below high, both finite; got {low} and {high}")
+    if log and low <= 0:
+        raise SpaceError(f"{where}: a log range needs low > 0, got {low}")
+    return Param(name, "float" if base is float else "int", low=low, high=high, log=log)
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    try:
+        return converter(hint)(str(value).lower() if isinstance(value, bool) else str(value))
+    except argparse.ArgumentTypeError as err:
+        raise SpaceError(f"{where}: {err}") from None
+
+
+def _check(name: str, value: Any, options: type, where: str) -> None:
+    owner = Config if name in Config.__dataclass_fields__ else options
+    try:
+        owner(**{name: value})
+    except ConfigError as err:
+        raise SpaceError(f"{where}: {value!r} is refused: {err}") from None
+    except TypeError:  # an options class whose other fields have no default: nothing more to check here
+        pass
+
+
+def fixed_names(argv: list[str], options: type) -> set[str]:
+    """The options that the flags after the sweep's own set for every trial."""
+    names = {f.name for f in (*dataclasses.fields(Config), *dataclasses.fields(options))}
+    flags = {arg.split("=", 1)[0].lstrip("-").replace("-", "_").removeprefix("no_") for arg in argv}
+    return names & flags
