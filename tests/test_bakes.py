@@ -109,6 +109,6 @@ def test_ruff_lint_and_format_are_clean(baked: tuple[Row, Path]) -> None:
 def test_mypy_is_clean(baked: tuple[Row, Path], mypy_cache: Path) -> None:
     _, project = baked
     # A file cache, not sqlite: xdist workers share it, and sqlite can report "database is locked" under that.
-    sources = ("src", "tests", "train.py", "bench.py", "predict.py", "export.py")
+    sources = ("src", "tests", "train.py", "bench.py", "predict.py", "export.py", "sweep.py")
     result = run(BIN / "mypy", "--no-sqlite-cache", "--cache-dir", mypy_cache, *sources, cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr

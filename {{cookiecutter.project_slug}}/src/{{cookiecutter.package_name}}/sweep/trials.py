@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ..engine.checkpoints import last_path
 from .space import Param, as_flag
 
-POLL_S = 0.5  # how often a running trial's validation record is read, and an idle worker looks for work
+POLL_S = 0.5  # how often a running trial's validation record is read
+IDLE_POLL_S = 5.0  # how often a worker with nothing to start looks again (at most): light on a shared database
 
 
 def resumed(trials: list[FrozenTrial]) -> set[int]:
@@ -95,8 +96,8 @@ class Sweep:
                 self._run(trial, slot)
             elif self._idle():
                 return
-            else:
-                time.sleep(POLL_S)
+            else:  # others' trials still run: one may yet be lost
+                time.sleep(min(IDLE_POLL_S, self.timeout / 5))
 
     def _next(self) -> optuna.Trial | None:
         """A trial to run now: an interrupted or lost one first, then a new one while the total is not reached."""
@@ -178,6 +179,8 @@ class Sweep:
             )
             with self.lock:
                 self.running[trial.number] = process
+                if self.signum is not None:  # the stop came between asking for this trial and starting it
+                    process.send_signal(signal.SIGTERM)
             reported: dict[int, float] = {}
             pruned = self._watch(trial, process, out / "validation.jsonl", reported)
             with self.lock:
