@@ -15,22 +15,23 @@ from safetensors.torch import save_file
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Pinned, not left to the bake's defaults: 16-mixed and fsdp need CUDA, and these tests must run on any CPU.
+TINY = [
+    "--accelerator=cpu",
+    "--precision=32-true",
+    "--strategy=auto",
+    "--image-size=16",
+    "--batch-size=8",
+    "--train-samples=32",
+    "--num-workers=0",
+    "--logger=csv",
+    "--log-every-n-steps=1",
+]
+
+
 @pytest.fixture
 def tiny_args(tmp_path: Path) -> list[str]:
-    # Pinned, not left to the bake's defaults: 16-mixed and fsdp need CUDA, and these tests must run on any CPU.
-    return [
-        "--accelerator=cpu",
-        "--precision=32-true",
-        "--strategy=auto",
-        "--image-size=16",
-        "--batch-size=8",
-        "--train-samples=32",
-        "--num-workers=0",
-        "--max-epochs=1",
-        "--logger=csv",
-        "--log-every-n-steps=1",
-        f"--output-dir={tmp_path / 'run'}",
-    ]
+    return [*TINY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}"]
 
 
 def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -221,6 +222,10 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
         assert torch.equal(resumed[0]["params"][name], weight), name
     for metric in ("train/acc", "train/loss", "val/acc", "val/loss"):
         assert resumed[0]["metrics"][metric] == whole[0]["metrics"][metric], metric
+    # validation.jsonl (what sweep.py prunes by): one line per validation from rank 0 alone, none again on resume
+    for run in ("uninterrupted", "run"):
+        record = [json.loads(line) for line in (tmp_path / run / "validation.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/acc"] == whole[0]["metrics"]["val/acc"]
 
 
 def test_two_nodes_under_torchrun_train_as_one_job(launch: Launch, tiny_args: list[str], tmp_path: Path) -> None:

@@ -52,3 +52,4 @@ def test_two_nodes_sharing_an_output_dir_both_train_and_exit_0(tiny_args: list[s
     assert "another run" not in "".join(outputs)
     last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 2  # 32 samples / (batch 8 x 2 nodes) per epoch, one epoch
+    assert len((tmp_path / "run" / "validation.jsonl").read_text().splitlines()) == 1  # from global rank 0 only

@@ -23,7 +23,7 @@ import matplotlib.image
 import optuna
 import pytest
 import yaml
-from conftest import ROOT, run_train
+from conftest import ROOT, TINY, run_train
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
@@ -31,16 +31,6 @@ from {{ cookiecutter.package_name }}.sweep.space import load_space
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-TINY = [  # as conftest's tiny_args, less the output folder and the epochs, which each test sets
-    "--accelerator=cpu",
-    "--precision=32-true",
-    "--strategy=auto",
-    "--image-size=16",
-    "--batch-size=8",
-    "--train-samples=32",
-    "--num-workers=0",
-    "--logger=csv",
-]
 PLOTS = ("history.png", "importances.png", "parallel_coordinates.png", "intermediate_values.png")
 
 
