@@ -15,11 +15,11 @@ import sys
 ANSWERS = json.loads(r"""{{ cookiecutter | tojson }}""")
 SLUG, PACKAGE, PYTHON, LOGGER = (ANSWERS[k] for k in ("project_slug", "package_name", "python_version", "logger"))
 
-TASKS = ("image-classification",)  # one folder each under src/<package>/tasks/
+TASKS = ("image-classification", "language-model")  # one folder each under src/<package>/tasks/
 SUPPORTED_PYTHON = ("3.10", "3.11", "3.12", "3.13")  # what torch, lightning and the generated code all run on
 # Distributions the project depends on: pip cannot install a project that depends on its own name.
 DEPENDENCIES = {"torch", "torchvision", "lightning", "torchmetrics", "numpy", "pyyaml", "rich", "tensorboard", "pillow"}
-DEPENDENCIES |= {"timm", "torchcodec", "safetensors", "onnx", "onnxruntime", "onnxscript"}
+DEPENDENCIES |= {"timm", "torchcodec", "safetensors", "onnx", "onnxruntime", "onnxscript", "tokenizers", "transformers"}
 DEPENDENCIES |= {"pytest", "ruff", "mypy", "types-pyyaml", "optuna", "matplotlib", "psycopg", "psycopg-binary"}
 # Top-level modules the project or its dependencies import; a package of that name would be imported instead.
 # (`test` is the standard library's own test package, which sys.stdlib_module_names leaves out.)
@@ -27,10 +27,10 @@ IMPORTED = {"torch", "torchvision", "lightning", "lightning_utilities", "pytorch
 IMPORTED |= {"yaml", "PIL", "rich", "tensorboard", "triton", "sympy", "fsspec", "packaging", "typing_extensions"}
 IMPORTED |= {"tqdm", "jinja2", "filelock", "networkx", "pytest", "mypy", "ruff", "test"}
 IMPORTED |= {"timm", "torchcodec", "safetensors", "huggingface_hub", "onnx", "onnxruntime", "onnxscript"}
-IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg"}
+IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg", "tokenizers", "transformers"}
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
-IMPORTED |= {"pause_ranks", "test_resume", "sweep"}
+IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 import tomllib
@@ -57,13 +58,35 @@ def files(project: Path) -> set[str]:
     return {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
 
 
+def task_files() -> dict[str, list[str]]:
+    """The post-gen hook's ONLY: the files each task alone has."""
+    text = (TEMPLATE / "hooks" / "post_gen_project.py").read_text()
+    found = re.search(r"^ONLY = (\{.*?^\})", text, re.DOTALL | re.MULTILINE)
+    assert found, "the post-gen hook's ONLY mapping moved"
+    return ast.literal_eval(found.group(1))
+
+
 def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Row, Path]) -> None:
-    # Every choice is the default of a runtime flag, so each bake has the same files; only their names are rendered.
+    # Every choice but the task is the default of a runtime flag, so bakes of one task have the same files; only their
+    # names are rendered. The other tasks' files are left out, and the task's _variants/ replace shared ones.
     answers, project = baked
     package = answers["project_name"].lower().replace(" ", "_")
     source = TEMPLATE / "{{cookiecutter.project_slug}}"
-    expected = {f.replace("{{cookiecutter.package_name}}", package) for f in files(source)}
+    others = [
+        p.format(package="{{cookiecutter.package_name}}")
+        for t, ps in task_files().items()
+        if t != answers["task"]
+        for p in ps
+    ]
+    variants = f"_variants/{answers['task']}/"
+    expected = {
+        f.removeprefix(variants).replace("{{cookiecutter.package_name}}", package)
+        for f in files(source)
+        if not any(f == p or f.startswith(p + "/") for p in others)
+        and (not f.startswith("_variants/") or f.startswith(variants))
+    }
     assert files(project) == expected
+    assert "_variants" not in {p.name for p in project.iterdir()}
     for extra in (".pre-commit-config.yaml", ".github/workflows/ci.yml", ".github/workflows/gpu.yml", "Dockerfile"):
         assert extra in expected
     assert not [f for f in expected if "__pycache__" in f or f.endswith(".pyc")]
@@ -109,6 +132,6 @@ def test_ruff_lint_and_format_are_clean(baked: tuple[Row, Path]) -> None:
 def test_mypy_is_clean(baked: tuple[Row, Path], mypy_cache: Path) -> None:
     _, project = baked
     # A file cache, not sqlite: xdist workers share it, and sqlite can report "database is locked" under that.
-    sources = ("src", "tests", "train.py", "bench.py", "predict.py", "export.py", "sweep.py")
+    sources = ("src", "tests", *sorted(p.name for p in project.glob("*.py")))  # and every entry point
     result = run(BIN / "mypy", "--no-sqlite-cache", "--cache-dir", mypy_cache, *sources, cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr

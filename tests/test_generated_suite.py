@@ -58,12 +58,16 @@ STOPS_AND_RESUMES = [
 ]
 # The sweep's tests (a few minutes of train.py subprocesses) are a third part.
 SWEEP = ["test_sweep.py"]
+# The language model's bake shares the engine's tests that need no task with the image bake, which runs them.
+LM = {"task": "language-model"}
+TASK_FREE = ["test_own_task.py", "test_metric_state.py"]
 SUITES = {  # id: (answers, files left out, the only files run, minutes on 2 busy cores: conftest.py deals by it)
     "defaults": ({}, STOPS_AND_RESUMES + SWEEP, [], 6),
     "defaults-stops-and-resumes": ({}, [], STOPS_AND_RESUMES, 6),
     "defaults-sweep": ({}, [], SWEEP, 5),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, ANSWER_INDEPENDENT, [], 3),
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, ANSWER_INDEPENDENT, [], 3),
+    "language-model": (LM, TASK_FREE, [], 5),
 }
 
 
@@ -75,7 +79,8 @@ def test_generated_suite_passes(
     tmp_path: Path, answers: dict[str, str], left_out: list[str], only_these: list[str]
 ) -> None:
     project = bake(tmp_path, **answers)
-    for name in ANSWER_INDEPENDENT + STOPS_AND_RESUMES + SWEEP:
+    names = TASK_FREE if answers.get("task") == "language-model" else ANSWER_INDEPENDENT + STOPS_AND_RESUMES + SWEEP
+    for name in names:
         assert (project / "tests" / name).exists(), f"{name} is gone: update the lists above"
     only = [f"tests/{name}" for name in only_these]
     skip = [f"--ignore=tests/{name}" for name in left_out]
@@ -86,10 +91,17 @@ def test_generated_suite_passes(
     assert " passed" in result.stdout.splitlines()[-1]
 
 
-@pytest.mark.suite(minutes=12)
-def test_generated_slow_tests_pass(tmp_path: Path) -> None:
-    """`pytest -m slow` of the default bake: every model --model can name trains, and pretrained weights transfer."""
-    project = bake(tmp_path)
+@pytest.mark.parametrize(
+    "task",
+    [
+        pytest.param("image-classification", marks=pytest.mark.suite(minutes=12)),
+        pytest.param("language-model", marks=pytest.mark.suite(minutes=4)),
+    ],
+)
+def test_generated_slow_tests_pass(tmp_path: Path, task: str) -> None:
+    """`pytest -m slow` of each task's default bake. Images: every model --model can name trains, and pretrained
+    weights transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
+    project = bake(tmp_path, task=task)
     result = run(
         sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400
     )

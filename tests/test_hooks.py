@@ -116,19 +116,19 @@ def _top_level_modules(project: Path, package: str) -> set[str]:
     return names - {package}
 
 
-@pytest.mark.parametrize("logger", ["wandb", "mlflow"])
+@pytest.mark.parametrize(("logger", "task"), [("wandb", "image-classification"), ("mlflow", "language-model")])
 def test_hook_knows_every_dependency_and_import_of_the_bake(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], logger: str
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], logger: str, task: str
 ) -> None:
-    """Guards the hook's lists against drift: whatever a bake depends on or imports is refused as a name."""
-    project = bake(tmp_path / "ok", logger=logger)
+    """Guards the hook's lists against drift: whatever a bake of either task depends on or imports is refused."""
+    project = bake(tmp_path / "ok", logger=logger, task=task)
     known = [*_requirement_names(project / "pyproject.toml"), logger]
     missed = []
     for i, name in enumerate(sorted(set(known))):
         line = refusal(tmp_path / f"dist{i}", capfd, project_slug=name, package_name="pkg", logger=logger)
         if "dependencies" not in line:
             missed.append(f"project_slug={name}: {line}")
-    for i, module in enumerate(sorted(_top_level_modules(project, "image_classifier") | {logger})):
+    for i, module in enumerate(sorted(_top_level_modules(project, project.name.replace("-", "_")) | {logger})):
         line = refusal(tmp_path / f"mod{i}", capfd, package_name=module, logger=logger)
         if "would shadow" not in line:
             missed.append(f"package_name={module}: {line}")

@@ -112,9 +112,10 @@ def _fit_and_test(
         # the logged rate of the last logging steps; without two logging steps, the average over the whole run
         per_device = metrics.get("train/device/samples_per_sec") or (meter.average_rate() if meter else None)
         throughput = f"{per_device * hw.world_size:.0f} {task.unit}/s" if per_device else "n/a (no training step)"
+        extra = f"{task.summary(datamodule)}  " if task.summary is not None and task.summary(datamodule) else ""
         print(
             f"{'best' if best else 'last'} {task.monitor}={metrics.get(task.monitor, nan):.4f}  "
-            f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  train throughput={throughput}  "
+            f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "
             f"checkpoints: {last.parent.resolve()}"
         )
     return metrics

@@ -53,6 +53,8 @@ class Task:
     free_on_resume: tuple[str, ...] = ()
     # Further checks on --resume, given the checkpoint and the DataModule: raise ConfigError, or return notes to print
     check_resume: Callable[[dict[str, Any], Config, Any, L.LightningDataModule], list[str]] | None = None
+    # More for the summary line, from the DataModule (the language model's entropy floor: "floor=1.1140")
+    summary: Callable[[L.LightningDataModule], str] | None = None
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.options):

@@ -1,0 +1,114 @@
+"""Language modelling: a GPT-2-architecture transformer trained to predict the next token, on a synthetic language with
+a known entropy floor, your text files, or token shards made by llm.c or nanoGPT.
+
+`TASK` is what train.py hands the engine; generate.py and train_tokenizer.py use this folder's modules directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...engine.config import Config, ConfigError
+from ...engine.resume_changes import AFRESH, RECORD
+from ...engine.task import Task
+from .config import LanguageOptions
+from .tokenizer import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:  # torch and Lightning load only once the options are known to be good
+    from ...engine.hardware import Hardware
+    from .data import LanguageDataModule
+    from .module import LanguageModel
+
+
+def run_tokenizer(opts: LanguageOptions) -> Tokenizer:
+    """--tokenizer, or with --pretrained and the default 'bytes', the tokenizer.json in the pretrained folder."""
+    folder_tokenizer = Path(opts.pretrained or "", "tokenizer.json")
+    if opts.pretrained and opts.tokenizer == "bytes" and folder_tokenizer.is_file():
+        return load_tokenizer("pretrained", str(folder_tokenizer))
+    return load_tokenizer("tokenizer", opts.tokenizer)
+
+
+def build_data(cfg: Config, opts: LanguageOptions, hw: Hardware) -> LanguageDataModule:
+    from .data import LanguageDataModule
+
+    return LanguageDataModule(
+        tokenizer=run_tokenizer(opts),
+        data=opts.data,
+        data_dir=opts.data_dir,
+        context=opts.context,
+        batch_size=cfg.batch_size,
+        train_tokens=opts.train_tokens,
+        val_fraction=opts.val_fraction,
+        seed=cfg.seed,
+        num_workers=hw.num_workers,
+        pin_memory=hw.pin_memory,
+    )
+
+
+def build_model(cfg: Config, opts: LanguageOptions, hw: Hardware, datamodule: Any) -> LanguageModel:
+    from ...engine.guards import check_enough_data
+    from .module import LanguageModel
+
+    model = LanguageModel.from_config(cfg, opts, hw, datamodule.tokenizer)
+    datamodule.prepare_data()  # text: tokenized now, so a folder too small for one batch fails before training
+    check_enough_data(datamodule, cfg.batch_size, hw.world_size, f"sequences of {opts.context + 1} tokens")
+    return model
+
+
+def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: LanguageOptions, datamodule: Any) -> list[str]:
+    """The same tokenizer, and from a folder the same number of training sequences (the epoch's order follows it)."""
+    from .module import TOKENIZER
+
+    if checkpoint.get(TOKENIZER, datamodule.tokenizer.spec) != datamodule.tokenizer.spec:
+        saved = Tokenizer(checkpoint[TOKENIZER]).name
+        raise ConfigError(
+            "tokenizer",
+            f"the checkpoint was trained with {saved}, not {datamodule.tokenizer.name}: its embeddings are for those "
+            f"tokens; resume with that tokenizer, {AFRESH}",
+        )
+    record = checkpoint.get(RECORD) or {}
+    if opts.data != "synthetic" and record.get("train_images") is not None:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        sequences = len(datamodule.splits["train"])
+        if sequences != record["train_images"]:
+            raise ConfigError(
+                "data_dir",
+                f"the checkpoint was trained on {record['train_images']} training sequences, not {sequences}; the "
+                f"epoch's order and length follow them: resume with the same data, {AFRESH}",
+            )
+    return []
+
+
+def summary(datamodule: Any) -> str:
+    """The synthetic language's floor, beside the loss on the summary line."""
+    return f"floor={datamodule.floor:.4f}" if getattr(datamodule, "floor", None) is not None else ""
+
+
+TASK = Task(
+    name="the language model",
+    options=LanguageOptions,
+    build_data=build_data,
+    build_model=build_model,
+    monitor="val/loss",
+    mode="min",
+    batch_size_fn=lambda batch: int(batch[0].numel()),  # tokens: throughput and MFU are per token
+    unit="tokens",
+    refused_on_resume={
+        "model": "its weights are for that size",
+        "n_layer": "its weights are for that many blocks",
+        "n_head": "its attention weights are split into that many heads",
+        "n_embd": "its weights are for that width",
+        "context": "its position embeddings and the packing of the sequences follow it",
+        "data": "its tokens come from that source",
+        "tokenizer": "its embeddings are for that tokenizer's tokens",
+        "pretrained": "it set the starting weights and the network's shape",
+        "train_tokens": "the synthetic stream and the epoch's length follow it",
+        "val_fraction": "it moved tokens between training and validation",
+    },
+    honoured_on_resume={"dropout": "applies from the next step"},
+    free_on_resume=("data_dir",),  # checked by check_resume: the same number of training sequences
+    check_resume=check_resume,
+    summary=summary,
+)

@@ -1,0 +1,108 @@
+"""The language model's options, each with its default and why: train.py's beside the engine's `Config`, and the whole
+of generate.py's."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...engine.config import ConfigError, check_choices, check_path, opt
+
+DATA_SOURCES = ("synthetic", "text", "tokens")
+# Named sizes: (layers, heads, width). GPT-2's four, and two that train in minutes on a CPU.
+SIZES = {
+    "tiny": (2, 2, 64),
+    "nano": (4, 4, 128),
+    "gpt2": (12, 12, 768),
+    "gpt2-medium": (24, 16, 1024),
+    "gpt2-large": (36, 20, 1280),
+    "gpt2-xl": (48, 25, 1600),
+}
+MAX_CONTEXT = 1 << 16
+
+
+@dataclass
+class LanguageOptions:
+    # --- data ------------------------------------------------------------------------------
+    data: str = opt(
+        "synthetic",
+        "synthetic: a seeded Markov language with a known entropy floor, no download; text: .txt/.jsonl files in "
+        "--data-dir; tokens: llm.c or nanoGPT .bin shards in --data-dir",
+        DATA_SOURCES,
+    )
+    data_dir: str | None = opt(None, "text or tokens: the folder (its token shards are cached in DATA_DIR/.tokens)")
+    tokenizer: str = opt("bytes", "bytes: 256 byte values + end-of-text; or a Hugging Face tokenizer.json file")
+    train_tokens: int = opt(2_000_000, "synthetic: tokens generated for training (validation and test: 1/20 each)")
+    val_fraction: float = opt(0.05, "text: the share of the tokens, taken from the end, kept for validation")
+    # --- network -----------------------------------------------------------------------------
+    model: str = opt("nano", "a named size: tiny and nano for CPUs, or GPT-2's (gpt2 = 124M)", tuple(SIZES))
+    n_layer: int | None = opt(None, "transformer blocks; unset = the --model size's")
+    n_head: int | None = opt(None, "attention heads; unset = the --model size's")
+    n_embd: int | None = opt(None, "width; must divide by --n-head; unset = the --model size's")
+    context: int = opt(256, "tokens per training sequence (GPT-2: 1024); documents are packed across sequences")
+    dropout: float = opt(0.0, "on attention and residuals; 0 for pre-training on plenty of data")
+    pretrained: str | None = opt(None, "a Hugging Face GPT-2 folder (config.json + model.safetensors) to start from")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        for name in ("data_dir", "tokenizer", "pretrained"):
+            check_path(name, getattr(self, name))
+        if self.data != "synthetic" and not self.data_dir:
+            raise ConfigError("data_dir", f"--data {self.data} reads a folder: give --data-dir DIR")
+        if self.train_tokens < 1000:
+            raise ConfigError("train_tokens", f"must be at least 1000, got {self.train_tokens}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError("val_fraction", f"must be between 0 and 1 (0.05 is usual), got {self.val_fraction}")
+        if not 2 <= self.context <= MAX_CONTEXT:
+            raise ConfigError("context", f"must be from 2 to {MAX_CONTEXT} tokens, got {self.context}")
+        if not 0 <= self.dropout < 1 or not math.isfinite(self.dropout):
+            raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
+        for name in ("n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(name, f"must be a positive integer, got {value}")
+        _, heads, width = self.shape
+        if width % heads:
+            raise ConfigError("n_embd", f"{width} does not divide into {heads} heads; give a multiple of {heads}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(layers, heads, width): the named size's, with any field given overriding it."""
+        layers, heads, width = SIZES[self.model]
+        return self.n_layer or layers, self.n_head or heads, self.n_embd or width
+
+
+@dataclass
+class GenerateOptions:
+    prompt: str = opt("", "the text to continue")
+    checkpoint: str | None = opt(None, "a train.py checkpoint (.ckpt); its tokenizer comes with it")
+    pretrained: str | None = opt(None, "or a Hugging Face GPT-2 folder, used without training")
+    tokenizer: str | None = opt(None, "with --pretrained: a tokenizer.json when the folder has none")
+    max_new_tokens: int = opt(100, "tokens to generate per sample (fewer if end-of-text comes first)")
+    temperature: float = opt(1.0, "divides the logits: below 1 sharper, above 1 more varied")
+    top_k: int | None = opt(None, "sample among the k likeliest tokens only; 1 = greedy decoding")
+    seed: int = opt(0, "the same seed gives the same samples")
+    num_samples: int = opt(1, "independent continuations of the prompt")
+    output: str | None = opt(None, "also write one JSON object per sample (prompt, text, tokens) to FILE.jsonl")
+    accelerator: str = opt("auto", "auto: CUDA when a GPU is visible, else CPU", ("auto", "cpu", "cuda"))
+    precision: str = opt("auto", "auto: bf16 on a CUDA GPU that has it, else fp32", ("auto", "bf16", "32"))
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        for name in ("checkpoint", "pretrained", "tokenizer", "output"):
+            check_path(name, getattr(self, name))
+        if (self.checkpoint is None) == (self.pretrained is None):
+            raise ConfigError("checkpoint", "give a checkpoint to generate from, or --pretrained DIR (one of them)")
+        if not self.prompt:
+            raise ConfigError("prompt", "is empty; give the text to continue, e.g. --prompt 'Once upon a time'")
+        if self.max_new_tokens < 1 or self.num_samples < 1:
+            bad = "max_new_tokens" if self.max_new_tokens < 1 else "num_samples"
+            raise ConfigError(bad, f"must be a positive integer, got {getattr(self, bad)}")
+        if not self.temperature > 0 or not math.isfinite(self.temperature):
+            raise ConfigError("temperature", f"must be a positive number, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError("top_k", f"must be a positive integer, got {self.top_k}")
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError("seed", f"must be 0 or more, got {self.seed}")
+        if self.output is not None and not self.output.endswith(".jsonl"):
+            raise ConfigError("output", f"must end in .jsonl (one JSON object per sample), got {self.output!r}")
