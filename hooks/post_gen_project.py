@@ -36,6 +36,7 @@ ONLY = {
         "tests/test_model.py",
         "tests/test_model_zoo.py",
         "tests/test_monitors.py",
+        "tests/test_multinode.py",
         "tests/test_predict.py",
         "tests/test_pretrained.py",
         "tests/test_resume.py",
@@ -47,7 +48,6 @@ ONLY = {
         "tests/test_transfer.py",
         "tests/test_transforms.py",
         "tests/test_validation_stop.py",
-        "src/{package}/bench",
         "src/{package}/tasks/image_classification",
     ],
     "language-model": [
@@ -56,6 +56,8 @@ ONLY = {
         "tests/test_language_model.py",
         "tests/test_text_data.py",
         "tests/test_lm_inputs.py",
+        "tests/test_lm_bench.py",
+        "tests/test_gpu_language_model.py",
         "src/{package}/tasks/language_model",
     ],
 }

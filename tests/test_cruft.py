@@ -29,9 +29,13 @@ def cruft(project: Path, *args: str) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    ("task", "name"), [("image-classification", "Image Classifier"), ("language-model", "Language Model")]
+)
 def test_cruft_update_brings_a_template_change_and_keeps_the_users_edit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str, name: str
 ) -> None:
+    """Each task's bake: the post-gen hook that keeps one task's files runs again inside `cruft update`."""
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
     template = tmp_path / "template"
@@ -51,10 +55,10 @@ def test_cruft_update_brings_a_template_change_and_keeps_the_users_edit(
         "projects",
         str(template),
         "--extra-context",
-        json.dumps({"logger": "csv"}),
+        json.dumps({"logger": "csv", "task": task}),
     )
     assert code == 0, out
-    project = tmp_path / "projects" / "image-classifier"
+    project = tmp_path / "projects" / name.lower().replace(" ", "-")
     state = json.loads((project / ".cruft.json").read_text())
     assert state["context"]["cookiecutter"]["logger"] == "csv"
     git(project, "init", "-q")
@@ -71,7 +75,9 @@ def test_cruft_update_brings_a_template_change_and_keeps_the_users_edit(
     assert code != 0 and "out of date" in out.lower(), out
     code, out = cruft(project, "update", "--skip-apply-ask")
     assert code == 0, out
-    assert "A template improvement for Image Classifier." in (project / "README.md").read_text()
+    assert f"A template improvement for {name}." in (project / "README.md").read_text()
+    assert not (project / "_variants").exists()
+    assert f"tasks.{task.replace('-', '_')} import TASK" in (project / "train.py").read_text()
     assert quickstart.read_text().endswith("seed: 7  # the user's own edit\n")
     assert json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]["logger"] == "csv"
     code, out = cruft(project, "check")

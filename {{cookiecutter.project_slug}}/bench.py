@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import shlex
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import lightning
 import torch
-from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, peak_flops
+from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, peak_flops, quiet_trainers
 from {{ cookiecutter.package_name }}.bench.report import compare, table, write_json
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
@@ -67,7 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Lightning and plain PyTorch measured in turn this many times (%(default)s)",
     )
     parser.add_argument(
-        "--peak-tflops", type=float, help="one device's dense bf16/fp16 peak, for MFU off Lightning's list"
+        "--peak-tflops",
+        type=float,
+        help="one device's dense bf16/fp16 peak, for MFU on a GPU missing from engine/peaks.py",
     )
     parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -224,15 +223,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         image_size=args.image_size,
     )
     command = shlex.join(["python", "bench.py", *(sys.argv[1:] if argv is None else argv)])
-    lightning_log = logging.getLogger("lightning.pytorch")
-    level = lightning_log.level
-    lightning_log.setLevel(logging.WARNING)  # one table, not one Trainer banner per setting
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=PossibleUserWarning)
-            results = measure(args, spec, command, save=lambda results: write_json(Path(args.json), results))
-    finally:
-        lightning_log.setLevel(level)
+    with quiet_trainers():
+        results = measure(args, spec, command, save=lambda results: write_json(Path(args.json), results))
     print(table(results))
     print(f"results: {Path(args.json).resolve()}")
     return results

@@ -77,7 +77,7 @@ def test_bad_yaml_is_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--precision", "8"], "--precision: '8' is not one of: auto, bf16-mixed, 16-mixed, 32-true"),
+        (["--precision", "8"], "--precision: '8' is not one of: auto, bf16-mixed, bf16-true, 16-mixed, 32-true"),
         (["--devices", "abc"], "--devices: expected 'auto', a positive count or distinct GPU ids"),
         (["--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
         (["--bogus"], "unrecognized arguments: --bogus"),

@@ -23,6 +23,10 @@ def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
 
 
+def first_steps(output: str) -> int:
+    return int(re.search(r"epoch 1/1 done in \d+ s, step (\d+)", output).group(1))  # type: ignore[union-attr]
+
+
 def summary(result: subprocess.CompletedProcess[str]) -> dict[str, float]:
     line = next(x for x in result.stdout.splitlines() if x.startswith(("best ", "last ")))
     return {k: float(v) for k, v in re.findall(r"(\S+?)=(-?[\d.]+|nan)\b", line)}
@@ -73,6 +77,24 @@ def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], 
     assert "floor=" in result.stdout and "tokens/s" in result.stdout
     records = (tmp_path / "run" / "validation.jsonl").read_text().splitlines()
     assert [json.loads(r)["epoch"] for r in records] == [0]
+
+
+def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
+    tiny_args: list[str], tmp_path: Path
+) -> None:
+    args = [*tiny_args, "--devices=2", "--strategy=fsdp", "--activation-checkpointing"]
+    first = run_train(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "FSDP2: 2 blocks and the rest sharded over 2 processes, activations recomputed" in first.stdout
+    resumed = run_train(*args[:-3], "--max-epochs=2", *args[-3:], "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert "epoch 2/2 done" in resumed.stdout and "epoch 1/2 done" not in resumed.stdout  # continued, not redone
+    assert saved["epoch"] == 1 and saved["global_step"] == 2 * first_steps(first.stdout)
+    assert all(type(t) is torch.Tensor for t in saved["state_dict"].values()), "one plain file, not DTensor shards"
+    generated = run_script("generate.py", "--checkpoint", str(checkpoint), "--prompt=ab", "--max-new-tokens=4")
+    assert generated.returncode == 0, generated.stderr[-3000:]
 
 
 def hf_gpt2(folder: Path, vocab_size: int = 257, positions: int = 64) -> Any:

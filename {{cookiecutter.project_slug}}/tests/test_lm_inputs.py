@@ -60,6 +60,8 @@ TRAIN = {
     "--tokenizer=FILES/not-json.json": "--tokenizer: FILES/not-json.json is not JSON",
     "--pretrained=FILES/vision": "--pretrained: FILES/vision holds a 'vit' model; give a GPT-2 folder",
     "--train-tokens=10": "--train-tokens: must be at least 1000",
+    "--train-tokens=1000 --batch-size=64": "training sequences of 33 tokens: nothing would be trained",
+    "--pretrained=SMALLVOCAB": "--tokenizer: has 257 tokens, the weights in",
 }
 GENERATE = {
     "--prompt=hi": "--checkpoint: give a checkpoint to generate from, or --pretrained DIR",

@@ -7,19 +7,25 @@ the runs: its model and data through `time_fit`, and a hand-written loop of its 
 from __future__ import annotations
 
 import itertools
+import logging
 import statistics
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 
+from ..engine import peaks
 from ..engine.config import Config
 from ..engine.hardware import Hardware, apply_backend_flags, resolve
-from ..engine.monitors import HALF
-from ..engine.trainer import measuring_trainer
+from ..engine.peaks import HALF_PRECISIONS
+from ..engine.task import Task
+from ..engine.trainer import block_types, measuring_trainer
 
 
 @dataclass(frozen=True)
@@ -99,9 +105,24 @@ class ClockCallback(L.Callback):
         self.clock.tick(batch_idx + 1)
 
 
-def prepare(cfg: Config) -> Hardware:
-    """The hardware of one timed run, its backend flags set, nothing left over from the run before."""
-    hw = resolve(cfg)
+@contextmanager
+def quiet_trainers() -> Iterator[None]:
+    """One table, not one Trainer banner and one small-dataset warning per timed run."""
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=PossibleUserWarning)
+            yield
+    finally:
+        lightning_log.setLevel(level)
+
+
+def prepare(cfg: Config, fsdp2: bool = False) -> Hardware:
+    """The hardware of one timed run, its backend flags set, nothing left over from the run before. `fsdp2`: the
+    task's FSDP flavour (Task.fsdp2)."""
+    hw = resolve(cfg, fsdp2=fsdp2)
     apply_backend_flags(cfg)
     torch.compiler.reset()  # every setting compiles from scratch, not on top of the last one's guards
     if hw.accelerator == "cuda":
@@ -110,20 +131,29 @@ def prepare(cfg: Config) -> Hardware:
     return hw
 
 
-def time_fit(spec: Spec, cfg: Config, hw: Hardware, model: L.LightningModule, data: L.LightningDataModule) -> Timing:
+def time_fit(
+    spec: Spec,
+    cfg: Config,
+    hw: Hardware,
+    model: L.LightningModule,
+    data: L.LightningDataModule,
+    task: Task | None = None,
+) -> Timing:
     """The product: the task's module in the Trainer of trainer.build_trainer, its per-step callbacks and logger
-    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here."""
+    included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here.
+    `task`: its counts for the throughput monitor, and under --strategy fsdp its blocks and FSDP flavour."""
     clock = Clock(spec)
-    trainer = measuring_trainer(cfg, hw, None, [ClockCallback(clock)], enable_model_summary=False)
+    wrap = (task.wrap_policy or block_types)(getattr(model, "net", model)) if task and cfg.strategy == "fsdp" else None
+    trainer = measuring_trainer(cfg, hw, wrap, [ClockCallback(clock)], task, enable_model_summary=False)
     trainer.fit(model, datamodule=data)
     return clock.timing()
 
 
 def peak_flops(spec: Spec, setting: Setting, peak_tflops: float | None) -> float | None:
-    """One device's dense peak for the setting's math: --peak-tflops for 16-bit settings, else Lightning's table."""
+    """One device's dense peak for the setting's math: --peak-tflops for 16-bit settings, else engine/peaks.py's."""
     if spec.device != "cuda":
         return None
-    if peak_tflops is not None and setting.precision in HALF:
+    if peak_tflops is not None and setting.precision in HALF_PRECISIONS:
         return peak_tflops * 1e12
-    torch.set_float32_matmul_precision("high" if setting.tf32 else "highest")  # the table reads it for fp32
-    return get_available_flops(torch.device(spec.device), HALF.get(setting.precision, torch.float32))
+    found = peaks.peak_flops(torch.cuda.get_device_name(), setting.precision, setting.tf32)
+    return found[0] if found else None

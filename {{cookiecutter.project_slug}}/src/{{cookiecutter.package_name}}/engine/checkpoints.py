@@ -24,12 +24,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
 from .config import ConfigError
-from .files import partial_path, publish
-
-
-def last_path(output_dir: str | Path) -> Path:
-    """The checkpoint every run keeps up to date (after each epoch, every --checkpoint-every, on a stop signal)."""
-    return Path(output_dir) / "checkpoints" / "last.ckpt"
+from .files import out_of_space, partial_path, publish
+from .rundir import last_path
 
 
 def resume_path(output_dir: str, resume: str | None) -> str | None:
@@ -72,16 +68,6 @@ def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
         for name, tensor in state_dict.items()
         if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
     ]
-
-
-def out_of_space(err: BaseException | None) -> bool:
-    """A full disk or quota, also where it only shows as the cause of another error: torch's zip writer answers
-    ENOSPC with `RuntimeError: ... unexpected pos`."""
-    while err is not None:
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 def tensor_bytes(tree: Any) -> int:

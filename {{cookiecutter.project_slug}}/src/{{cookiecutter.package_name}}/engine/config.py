@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRECISIONS = ("auto", "bf16-mixed", "16-mixed", "32-true")
+PRECISIONS = ("auto", "bf16-mixed", "bf16-true", "16-mixed", "32-true")
 STRATEGIES = ("auto", "ddp", "fsdp")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -46,7 +46,7 @@ class Config:
     strategy: str = opt("{{ cookiecutter.strategy }}", "auto = DDP when more than one device", STRATEGIES)
     precision: str = opt(
         "{{ cookiecutter.precision }}",
-        "auto = bf16-mixed on Ampere+, 16-mixed on older GPUs, 32-true on CPU",
+        "auto = bf16-mixed on Ampere+, 16-mixed on older GPUs, 32-true on CPU; bf16-true: bf16 weights too",
         PRECISIONS,
     )
     compile: bool | None = opt(

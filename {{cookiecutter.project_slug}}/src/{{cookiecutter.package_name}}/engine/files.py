@@ -7,6 +7,7 @@ runs from writing the same output at once.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -62,3 +63,13 @@ def publish(temp: Path, final: Path) -> None:
 def discard(handle: IO[str]) -> None:
     handle.close()
     Path(handle.name).unlink(missing_ok=True)
+
+
+def out_of_space(err: BaseException | None) -> bool:
+    """A full disk or quota, also where it only shows as the cause of another error: torch's zip writer answers
+    ENOSPC with `RuntimeError: ... unexpected pos`."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False

@@ -102,12 +102,15 @@ def _precision(cfg: Config, accelerator: str) -> str:
     return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
 
 
-def resolve(cfg: Config) -> Hardware:
+def resolve(cfg: Config, fsdp2: bool = False) -> Hardware:
+    """`fsdp2`: the task shards with FSDP2 (`Task.fsdp2`), which runs on CPUs too and has two sharding modes."""
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
     world_size = local * cfg.num_nodes
-    if cfg.strategy == "fsdp" and accelerator != "cuda":
+    if cfg.strategy == "fsdp" and accelerator != "cuda" and not fsdp2:
         raise ConfigError("strategy", f"fsdp needs CUDA GPUs, not {accelerator}; use auto or ddp")
+    if cfg.strategy == "fsdp" and fsdp2 and cfg.fsdp_sharding not in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        raise ConfigError("fsdp_sharding", f"FSDP2 shards FULL_SHARD or SHARD_GRAD_OP, not {cfg.fsdp_sharding}")
     if cfg.auto_batch_size and world_size > 1:
         raise ConfigError("auto_batch_size", f"searches on one device, not {world_size}; use --devices 1")
     return Hardware(

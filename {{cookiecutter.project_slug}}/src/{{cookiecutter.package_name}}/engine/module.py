@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 
@@ -115,6 +116,9 @@ class EngineModule(L.LightningModule):
 
     def configure_model(self) -> None:
         self.recorded_no_decay()
+        parallelize = getattr(self._trainer.strategy, "parallelize", None) if self._trainer is not None else None
+        if parallelize is not None:  # FSDP2 (sharding.FullyShard): the blocks are sharded before they are compiled
+            parallelize(self.net)
         if self.hparams.get("compile") and not getattr(self.net, "_compiled_call_impl", None):
             # dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by
             # default dynamo answers a new size by making the batch dimension symbolic, also in the training graph
@@ -141,8 +145,10 @@ class EngineModule(L.LightningModule):
         groups = self.param_groups()
         # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
         # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused.
+        # FSDP1 on one device falls back to NO_SHARD, where fused AdamW fails on its step counts (pytorch#140514).
         scaled_clip = self.trainer.precision == "16-mixed" and bool(self.trainer.gradient_clip_val)
-        fused = self.device.type == "cuda" and not scaled_clip
+        fsdp1_alone = isinstance(self.trainer.strategy, FSDPStrategy) and self.trainer.world_size == 1
+        fused = self.device.type == "cuda" and not scaled_clip and not fsdp1_alone
         optimizer = torch.optim.AdamW(groups, lr=self.hparams["lr"], fused=fused)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_multipliers(total, groups))

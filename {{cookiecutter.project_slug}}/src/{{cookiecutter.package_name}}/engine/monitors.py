@@ -17,8 +17,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import Throughput, get_available_flops
+from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
+
+from .cli import note
+from .peaks import device_peak
 
 HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
@@ -26,8 +29,8 @@ HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 class LogStepThroughputMonitor(L.Callback):
     """Lightning's throughput meter timed on logging steps only: logs what ThroughputMonitor logs (train/time,
     train/device/samples_per_sec, train/device/mfu, ...), each rate over the steps since the previous logging step.
-    MFU needs the LightningModule's `flops_per_batch` and a GPU in Lightning's table of peak FLOPs. `length_fn`: items
-    per batch (tokens), which adds train/items_per_sec."""
+    MFU needs the LightningModule's `flops_per_batch` and a GPU in the table of peaks.py, named in a note at the start.
+    `length_fn`: items per batch (tokens), which adds train/items_per_sec."""
 
     def __init__(
         self, batch_size_fn: Callable[[Any], int], every_n_steps: int, length_fn: Callable[[Any], int] | None = None
@@ -39,7 +42,12 @@ class LogStepThroughputMonitor(L.Callback):
         self.started = self.paused = self.validation_started = 0.0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        peak = get_available_flops(trainer.strategy.root_device, HALF.get(str(trainer.precision), torch.float32))
+        found = device_peak(trainer.strategy.root_device, str(trainer.precision))
+        peak = found[0] if found else None
+        counted = bool(getattr(pl_module, "flops_per_batch", 0))
+        if trainer.is_global_zero and counted:
+            said = f"of {found[1]} (engine/peaks.py)" if found else "unknown for this device: no MFU logged"
+            note(f"MFU: the peak {said}")
         # window_size=2: a rate between two consecutive logging steps
         self.meter = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=2)
         self.started, self.paused, self.validation_started = time.perf_counter(), 0.0, 0.0

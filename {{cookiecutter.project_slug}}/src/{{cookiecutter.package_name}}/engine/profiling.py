@@ -16,6 +16,7 @@ from torch.profiler import ProfilerActivity
 
 from .config import Config
 from .hardware import Hardware
+from .task import Task
 from .trainer import measuring_trainer
 
 SKIP, WARMUP, ACTIVE = 5, 2, 5  # steps left out (compilation, cuDNN autotuning), profiler warm-up, steps recorded
@@ -64,10 +65,13 @@ def profile(
     model: L.LightningModule,
     datamodule: L.LightningDataModule,
     wrap: set[type[nn.Module]] | None = None,
+    task: Task | None = None,
 ) -> dict[str, float]:
-    """Train SKIP + WARMUP + ACTIVE steps with the usual callbacks, minus validation and checkpoints."""
+    """Train SKIP + WARMUP + ACTIVE steps with the usual callbacks, minus validation and checkpoints. `task`: its
+    throughput counts and its FSDP flavour."""
     out = Path(cfg.output_dir) / "profile"
-    trainer = measuring_trainer(cfg, hw, wrap, [ProfileSteps(out)], max_epochs=-1, max_steps=SKIP + WARMUP + ACTIVE)
+    steps = SKIP + WARMUP + ACTIVE
+    trainer = measuring_trainer(cfg, hw, wrap, [ProfileSteps(out)], task, max_epochs=-1, max_steps=steps)
     if trainer.is_global_zero:
         print(hw.summary())
     trainer.fit(model, datamodule=datamodule)

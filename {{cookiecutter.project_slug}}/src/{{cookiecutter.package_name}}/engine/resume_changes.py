@@ -19,10 +19,7 @@ from lightning.pytorch.callbacks import Callback
 
 from .config import Config, ConfigError
 from .module import EngineModule
-from .task import Task
-
-RECORD = "run_record"  # the checkpoint key of the options that trained it
-AFRESH = "or start afresh in another --output-dir"
+from .task import AFRESH, RECORD, SCHEDULE, Task
 
 # What a change would silently alter, were it accepted. A task's options are refused too unless it says otherwise.
 REFUSED = {
@@ -30,7 +27,6 @@ REFUSED = {
     "ema": "with --ema its weights are the average, without it there is no average to continue",
     "strategy": "FSDP saves the optimizer state in another layout",  # only to or from fsdp
 }
-SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
 HONOURED = {
     "lr": "the schedule continues at the new peak (the optimizer's and scheduler's saved rates are rescaled)",
     "weight_decay": "applies from the next step (it replaces the value saved in the optimizer state)",

@@ -9,20 +9,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-import torch
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError, last_path
 from .cli import fail, parse_run, save_yaml
 from .config import Config, ConfigError
-from .guards import NonFiniteLossError
-from .resume import StopOnSignal
-from .rundir import check_output_dir, hold_output_dir
+from .rundir import check_output_dir, hold_output_dir, last_path
 from .task import Task
+
+if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
+    import lightning as L
 
 
 def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
@@ -31,6 +26,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         check_output_dir(cfg)
     except ConfigError as err:
         fail(str(err))
+    import lightning as L
+
     from . import hardware
     from .checkpoints import check_checkpoint, check_same_network, resume_path
     from .resume_changes import RunRecord, check_changes, keep_batch_size
@@ -38,7 +35,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
-        hw = hardware.resolve(cfg)
+        hw = hardware.resolve(cfg, fsdp2=task.fsdp2)
         if task.resolve is not None:
             hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
         check_launcher(cfg)
@@ -70,7 +67,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         if cfg.profile:
             from .profiling import profile
 
-            return profile(cfg, hw, model, datamodule, wrap=wrap)
+            return profile(cfg, hw, model, datamodule, wrap=wrap, task=task)
         logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
         trainer = build_trainer(cfg, hw, wrap=wrap, logger_version=logger_version, task=task)
         trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size))  # type: ignore[attr-defined]  # for --resume
@@ -142,6 +139,14 @@ def explain_failures(
 ) -> Iterator[None]:
     """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
     samples (images), for the out-of-memory line."""
+    import torch
+    from lightning.pytorch.trainer.states import TrainerFn
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError
+    from .guards import NonFiniteLossError
+    from .resume import StopOnSignal
+
     try:
         yield
     except ConfigError as err:

@@ -18,8 +18,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from .checkpoints import last_path, out_of_space
 from .config import Config, ConfigError
+from .files import out_of_space
+
+
+def last_path(output_dir: str | Path) -> Path:
+    """The checkpoint every run keeps up to date (after each epoch, every --checkpoint-every, on a stop signal)."""
+    return Path(output_dir) / "checkpoints" / "last.ckpt"
 
 
 def check_output_dir(cfg: Config) -> None:

@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # a task module imports this before any option is checked: to
     from .hardware import Hardware
 
 
+# The resume vocabulary a task's check_resume speaks (resume_changes.py applies it)
+RECORD = "run_record"  # the checkpoint key of the options that trained it
+AFRESH = "or start afresh in another --output-dir"
+SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
+
+
 def first_dim(batch: Any) -> int:
     """Samples in a batch whose first element is a tensor with the batch first, as (inputs, targets) are."""
     first = batch[0] if isinstance(batch, list | tuple) else batch
@@ -44,6 +50,8 @@ class Task:
     # The FSDP unit (sharded, and recomputed with --activation-checkpointing) from the module's network; None: the
     # engine's default, the repeated blocks of `module.net` (trainer.block_types)
     wrap_policy: Callable[[nn.Module], set[type[nn.Module]]] | None = None
+    # --strategy fsdp as FSDP2 (sharding.FullyShard: fully_shard per block; CPUs too) rather than FSDP1 (CUDA only)
+    fsdp2: bool = False
     # Task-level device choices, decided once the hardware is known (the image task's --decode); printed with it
     resolve: Callable[[Config, Any, Hardware], dict[str, str]] | None = None
     # On --resume, a changed option of the task is refused (with a reason of its own if given here), unless it is named

@@ -31,6 +31,7 @@ from .hardware import Hardware
 from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress, ValidationRecord
 from .resume import ExactResume, StopOnSignal
+from .sharding import FullyShard
 from .task import Task, first_dim
 
 
@@ -52,7 +53,11 @@ def block_types(net: nn.Module) -> set[type[nn.Module]]:
     return set(blocks(net))
 
 
-def build_strategy(cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None) -> Strategy | str:
+def build_strategy(
+    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, fsdp2: bool = False
+) -> Strategy | str:
+    if cfg.strategy == "fsdp" and fsdp2:
+        return FullyShard(wrap or set(), cfg.activation_checkpointing, cfg.fsdp_sharding, hw.world_size)
     if cfg.strategy == "fsdp":
         # Lightning derives FSDP's mixed-precision policy from --precision; `wrap` are the blocks sharded one by one.
         return FSDPStrategy(
@@ -189,7 +194,7 @@ def build_trainer(
         accelerator=hw.accelerator,
         devices=hw.devices,
         num_nodes=cfg.num_nodes,
-        strategy=build_strategy(cfg, hw, wrap),
+        strategy=build_strategy(cfg, hw, wrap, fsdp2=task.fsdp2 if task else False),
         plugins=[AtomicCheckpointIO(), *build_cluster_environments()],  # saves that never leave a truncated file
         precision=hw.precision,
         sync_batchnorm=cfg.sync_batchnorm,
@@ -216,14 +221,20 @@ def build_trainer(
 
 
 def measuring_trainer(
-    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None, extra: list[Callback], **overrides: Any
+    cfg: Config,
+    hw: Hardware,
+    wrap: set[type[nn.Module]] | None,
+    extra: list[Callback],
+    task: Task | None = None,
+    **overrides: Any,
 ) -> L.Trainer:
     """The usual Trainer and callbacks, minus checkpoints and validation: what --profile and bench.py time."""
-    callbacks = [c for c in build_callbacks(cfg) if not isinstance(c, ModelCheckpoint)]
+    callbacks = [c for c in build_callbacks(cfg, task) if not isinstance(c, ModelCheckpoint)]
     return build_trainer(
         cfg,
         hw,
         wrap,
+        task=task,
         callbacks=[*callbacks, *extra],
         enable_checkpointing=False,
         limit_val_batches=0,

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...engine.config import Config, ConfigError
-from ...engine.resume_changes import AFRESH, RECORD, SCHEDULE
-from ...engine.task import Task
+from ...engine.task import AFRESH, RECORD, SCHEDULE, Task
 from .config import ImageOptions
 
 if TYPE_CHECKING:  # torch, torchvision and timm load only once the options are known to be good

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...engine.config import Config, ConfigError
-from ...engine.resume_changes import AFRESH, RECORD
-from ...engine.task import Task
+from ...engine.task import AFRESH, RECORD, Task
 from .config import LanguageOptions
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -95,6 +94,7 @@ TASK = Task(
     mode="min",
     batch_size_fn=lambda batch: int(batch[0].numel()),  # tokens: throughput and MFU are per token
     unit="tokens",
+    fsdp2=True,  # --strategy fsdp: fully_shard per transformer block (engine/sharding.py)
     refused_on_resume={
         "model": "its weights are for that size",
         "n_layer": "its weights are for that many blocks",
