@@ -113,6 +113,8 @@ def test_norms_biases_and_tokens_get_no_weight_decay_also_on_fsdp_flat_shards() 
         "accumulate_grad_batches": 1,
         "precision": "32-true",
         "gradient_clip_val": None,
+        "strategy": None,
+        "world_size": 1,
     }
     model.trainer = type("T", (), fake_trainer)()  # type: ignore[assignment]
 
