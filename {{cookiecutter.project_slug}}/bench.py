@@ -23,8 +23,8 @@ from typing import Any
 import lightning
 import torch
 
-from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, peak_flops, quiet_trainers
-from {{ cookiecutter.package_name }}.bench.report import compare, table, write_json
+from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, interleaved_rounds, peak_flops, quiet_trainers
+from {{ cookiecutter.package_name }}.bench.report import table, write_json
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
@@ -176,14 +176,11 @@ def measure(
             save(results)
             if setting == default:
                 results["plain"] = row(run_plain, setting, f"plain PyTorch, {setting.name}")
-                rounds = [(results["settings"][-1]["images_per_s"], results["plain"]["images_per_s"])]
-                results |= compare(rounds)
-                save(results)
-                for i in range(1, args.rounds):  # interleaved: a machine whose speed drifts slows both sides alike
-                    lit = run_lightning(spec, setting, Path(workdir, f"round{i}-lightning")).images_per_s
-                    rounds.append((lit, run_plain(spec, setting, Path(workdir, f"round{i}-plain")).images_per_s))
-                    results |= compare(rounds)
-                    save(results)
+                first = (results["settings"][-1]["images_per_s"], results["plain"]["images_per_s"])
+                runs = (run_lightning, run_plain)
+                interleaved_rounds(
+                    results, first, args.rounds, runs, spec, setting, Path(workdir), lambda: save(results)
+                )
         cpus = hardware.cpus_per_device(1)
         if "folder" in parts:
             photos = Path(workdir, "photos")

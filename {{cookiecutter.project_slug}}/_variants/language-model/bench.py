@@ -22,8 +22,8 @@ from typing import Any
 import lightning
 import torch
 
-from {{ cookiecutter.package_name }}.bench.harness import quiet_trainers
-from {{ cookiecutter.package_name }}.bench.report import compare, ratio_line, spread, write_json
+from {{ cookiecutter.package_name }}.bench.harness import interleaved_rounds, quiet_trainers
+from {{ cookiecutter.package_name }}.bench.report import ratio_line, spread, write_json
 from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
 from {{ cookiecutter.package_name }}.engine.peaks import device_peak
 from {{ cookiecutter.package_name }}.tasks.language_model.bench import LMSetting, LMSpec, run_lightning, run_plain
@@ -150,14 +150,9 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
             save()
             if setting == default:
                 results["plain"] = row(run_plain, setting, f"plain PyTorch, {setting.name}")
-                rounds = [(results["settings"][-1]["tokens_per_s"], results["plain"]["tokens_per_s"])]
-                results |= compare(rounds)
-                save()
-                for i in range(1, args.rounds):  # interleaved: a machine whose speed drifts slows both sides alike
-                    lit = run_lightning(spec, setting, Path(workdir, f"round{i}-lightning")).images_per_s
-                    rounds.append((lit, run_plain(spec, setting, Path(workdir, f"round{i}-plain")).images_per_s))
-                    results |= compare(rounds)
-                    save()
+                first = (results["settings"][-1]["tokens_per_s"], results["plain"]["tokens_per_s"])
+                runs = (run_lightning, run_plain)
+                interleaved_rounds(results, first, args.rounds, runs, spec, setting, Path(workdir), save)
     results["finished"] = True
     save()
     return results

@@ -11,9 +11,10 @@ import logging
 import statistics
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -26,6 +27,7 @@ from ..engine.hardware import Hardware, apply_backend_flags, resolve
 from ..engine.peaks import HALF_PRECISIONS
 from ..engine.task import Task
 from ..engine.trainer import block_types, measuring_trainer
+from .report import compare
 
 
 @dataclass(frozen=True)
@@ -157,3 +159,27 @@ def peak_flops(spec: Spec, setting: Setting, peak_tflops: float | None) -> float
         return peak_tflops * 1e12
     found = peaks.peak_flops(torch.cuda.get_device_name(), setting.precision, setting.tf32)
     return found[0] if found else None
+
+
+def interleaved_rounds(
+    results: dict[str, Any],
+    first: tuple[float, float],
+    rounds: int,
+    runs: tuple[Callable[..., Timing], Callable[..., Timing]],
+    spec: Spec,
+    setting: Any,
+    workdir: Path,
+    save: Callable[[], None],
+) -> None:
+    """Lightning against plain PyTorch: `first` (the rates of the two rows just measured), then `rounds` - 1 more
+    pairs from `runs` (Lightning's, plain), in turn, so that a machine whose speed drifts slows both sides alike. The
+    ratio goes into `results` and is saved after each pair."""
+    run_lightning, run_plain = runs
+    measured = [first]
+    results |= compare(measured)
+    save()
+    for i in range(1, rounds):
+        lightning = run_lightning(spec, setting, workdir / f"round{i}-lightning").images_per_s
+        measured.append((lightning, run_plain(spec, setting, workdir / f"round{i}-plain").images_per_s))
+        results |= compare(measured)
+        save()
