@@ -167,7 +167,7 @@ def measure(
 
         def row(run: Callable[..., Timing], setting: Setting, name: str, **options: Any) -> dict[str, Any]:
             timing = run(spec, setting, Path(workdir, name.replace("/", "-")), **options)
-            peak = peak_flops(spec, setting, args.peak_tflops)
+            peak = peak_flops(spec.device, setting.precision, setting.tf32, args.peak_tflops)
             mfu = flops * timing.images_per_s / spec.batch_size / peak if peak else None
             return {"name": name, **dataclasses.asdict(setting), **dataclasses.asdict(timing), "mfu": mfu}
 

@@ -22,7 +22,7 @@ from typing import Any
 import lightning
 import torch
 
-from {{ cookiecutter.package_name }}.bench.harness import interleaved_rounds, quiet_trainers
+from {{ cookiecutter.package_name }}.bench.harness import interleaved_rounds, peak_flops, quiet_trainers
 from {{ cookiecutter.package_name }}.bench.report import ratio_line, spread, write_json
 from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
 from {{ cookiecutter.package_name }}.engine.peaks import device_peak
@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
             if name not in [s.name for s in settings]:
                 fail(f"--only: {name!r} is not one of: {', '.join(s.name for s in settings)}")
         settings = [s for s in settings if s.name in names]
-    found = device_peak(torch.device(spec.device), "bf16-mixed") if spec.device == "cuda" else None
+    found = device_peak(torch.device(spec.device), "bf16-mixed")
     results: dict[str, Any] = {
         "command": command,
         **dataclasses.asdict(spec),
@@ -139,9 +139,8 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
         def row(run: Any, setting: LMSetting, name: str) -> dict[str, Any]:
             timing = run(spec, setting, Path(workdir, name.replace("/", "-").replace(" ", "-")))
             tokens_per_s = timing.images_per_s * spec.context  # the clock counts sequences
-            peak = device_peak(torch.device(spec.device), setting.precision)
-            peak_flops = args.peak_tflops * 1e12 if args.peak_tflops else (peak[0] if peak else None)
-            mfu = spec.flops_per_token(setting) * tokens_per_s / peak_flops if peak_flops else None
+            peak = peak_flops(spec.device, setting.precision, spec.device == "cuda", args.peak_tflops)  # TF32 on CUDA
+            mfu = spec.flops_per_token(setting) * tokens_per_s / peak if peak else None
             timing_row = {k: v for k, v in dataclasses.asdict(timing).items() if k != "images_per_s"}
             return {"name": name, **dataclasses.asdict(setting), **timing_row, "tokens_per_s": tokens_per_s, "mfu": mfu}
 

@@ -26,7 +26,7 @@ from ..engine.config import Config
 from ..engine.hardware import Hardware, apply_backend_flags, resolve
 from ..engine.peaks import HALF_PRECISIONS
 from ..engine.task import Task
-from ..engine.trainer import block_types, measuring_trainer
+from ..engine.trainer import fsdp_units, measuring_trainer
 from .report import compare
 
 
@@ -145,19 +145,19 @@ def time_fit(
     included. Validation and checkpoints are left out: they happen once an epoch, not in the steps timed here.
     `task`: its counts for the throughput monitor, and under --strategy fsdp its blocks and FSDP flavour."""
     clock = Clock(spec)
-    wrap = (task.wrap_policy or block_types)(getattr(model, "net", model)) if task and cfg.strategy == "fsdp" else None
+    wrap = fsdp_units(task, model) if task and cfg.strategy == "fsdp" else None
     trainer = measuring_trainer(cfg, hw, wrap, [ClockCallback(clock)], task, enable_model_summary=False)
     trainer.fit(model, datamodule=data)
     return clock.timing()
 
 
-def peak_flops(spec: Spec, setting: Setting, peak_tflops: float | None) -> float | None:
-    """One device's dense peak for the setting's math: --peak-tflops for 16-bit settings, else engine/peaks.py's."""
-    if spec.device != "cuda":
+def peak_flops(device: str, precision: str, tf32: bool, peak_tflops: float | None) -> float | None:
+    """One device's dense peak for a timed run's math: --peak-tflops for 16-bit precisions, else engine/peaks.py's."""
+    if device != "cuda":
         return None
-    if peak_tflops is not None and setting.precision in HALF_PRECISIONS:
+    if peak_tflops is not None and precision in HALF_PRECISIONS:
         return peak_tflops * 1e12
-    found = peaks.peak_flops(torch.cuda.get_device_name(), setting.precision, setting.tf32)
+    found = peaks.peak_flops(torch.cuda.get_device_name(), precision, tf32)
     return found[0] if found else None
 
 

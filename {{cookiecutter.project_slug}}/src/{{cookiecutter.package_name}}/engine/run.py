@@ -31,7 +31,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     from . import hardware
     from .checkpoints import check_checkpoint, check_same_network, resume_path
     from .resume_changes import RunRecord, check_changes, keep_batch_size
-    from .trainer import block_types, build_trainer, check_launcher, launched_as_global_zero
+    from .trainer import build_trainer, check_launcher, fsdp_units, launched_as_global_zero
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
@@ -52,7 +52,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
             check_same_network(Path(ckpt), saved, model, "resume")
     except ConfigError as err:
         fail(str(err))
-    wrap = (task.wrap_policy or block_types)(getattr(model, "net", model))
+    wrap = fsdp_units(task, model)
     rank_zero = launched_as_global_zero()  # node 0's first process only: every node has a first process
     with ExitStack() as held:
         try:
@@ -109,7 +109,8 @@ def _fit_and_test(
         # the logged rate of the last logging steps; without two logging steps, the average over the whole run
         per_device = metrics.get("train/device/samples_per_sec") or (meter.average_rate() if meter else None)
         throughput = f"{per_device * hw.world_size:.0f} {task.unit}/s" if per_device else "n/a (no training step)"
-        extra = f"{task.summary(datamodule)}  " if task.summary is not None and task.summary(datamodule) else ""
+        said = task.summary(datamodule) if task.summary is not None else ""
+        extra = f"{said}  " if said else ""
         print(
             f"{'best' if best else 'last'} {task.monitor}={metrics.get(task.monitor, nan):.4f}  "
             f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "

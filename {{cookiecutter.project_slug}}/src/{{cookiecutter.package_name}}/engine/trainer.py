@@ -53,6 +53,11 @@ def block_types(net: nn.Module) -> set[type[nn.Module]]:
     return set(blocks(net))
 
 
+def fsdp_units(task: Task | None, model: nn.Module) -> set[type[nn.Module]]:
+    """The classes FSDP shards one by one in a task's module: the task's `wrap_policy`, else `block_types`."""
+    return ((task.wrap_policy if task else None) or block_types)(getattr(model, "net", model))
+
+
 def build_strategy(
     cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, fsdp2: bool = False
 ) -> Strategy | str:

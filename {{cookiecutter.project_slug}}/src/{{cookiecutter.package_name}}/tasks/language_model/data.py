@@ -71,10 +71,12 @@ class LanguageDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.floor: float | None = None  # synthetic: the entropy floor, the best val/loss possible
         self.splits: dict[str, PackedSequences] = {}
+        # Checked now, in one line, before any training: a folder without text; shards and their largest token
+        self.shards: dict[str, list[Path]] = {}
         if data == "text":
-            text_files(Path(data_dir or ""))  # a folder without text fails now, in one line, before any training
+            text_files(Path(data_dir or ""))
         elif data == "tokens":
-            token_shards(Path(data_dir or ""), tokenizer.vocab_size)
+            self.shards = token_shards(Path(data_dir or ""), tokenizer.vocab_size)
 
     def prepare_data(self) -> None:  # one process per node: the others read the shards it wrote
         if self.hparams["data"] == "text":
@@ -94,11 +96,7 @@ class LanguageDataModule(L.LightningDataModule):
             streams = {s: [language.sample(max(size, hp["context"] + 1), seeds[s])] for s, size in sizes.items()}
             note(f"synthetic language: entropy floor {self.floor:.4f} nats/token (the best val/loss possible)")
         else:
-            folder = Path(hp["data_dir"])
-            if hp["data"] == "text":
-                shards = text_shards(folder, self.tokenizer, hp["val_fraction"])
-            else:
-                shards = token_shards(folder, self.tokenizer.vocab_size)
+            shards = self.shards or text_shards(Path(hp["data_dir"]), self.tokenizer, hp["val_fraction"])
             streams = {"train": list(shards["train"]), "val": list(shards["val"]), "test": list(shards["val"])}
         self.splits = {split: PackedSequences(s, hp["context"]) for split, s in streams.items()}
 
