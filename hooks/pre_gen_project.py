@@ -31,6 +31,9 @@ IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg", "tokeni
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
+# tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
+IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
+IMPORTED |= {"recompiling"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
 import re
 import tomllib
@@ -58,38 +57,44 @@ def files(project: Path) -> set[str]:
     return {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
 
 
-def task_files() -> dict[str, list[str]]:
-    """The post-gen hook's ONLY: the files each task alone has."""
-    text = (TEMPLATE / "hooks" / "post_gen_project.py").read_text()
-    found = re.search(r"^ONLY = (\{.*?^\})", text, re.DOTALL | re.MULTILINE)
-    assert found, "the post-gen hook's ONLY mapping moved"
-    return ast.literal_eval(found.group(1))
+TASKS = "{{cookiecutter.project_slug}}/src/{{cookiecutter.package_name}}/tasks"
+
+
+def test_every_task_choice_is_a_task_folder_which_the_hooks_folder_rule_reads() -> None:
+    folders = {p.name for p in (TEMPLATE / TASKS).iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == {task.replace("-", "_") for task in CHOICES["task"]}
+
+
+def expected_files(task: str) -> set[str]:
+    """The template's files as the post-gen hook's folder rule leaves them for `task`: every other task's folders
+    (src/<package>/tasks/<name>/, tests/<name>/) left out, and _variants/<task>/ copied over the root; names unrendered."""
+    source = TEMPLATE / "{{cookiecutter.project_slug}}"
+    others = [t.replace("-", "_") for t in CHOICES["task"] if t != task]
+    left_out = [f"src/{{{{cookiecutter.package_name}}}}/tasks/{o}/" for o in others] + [f"tests/{o}/" for o in others]
+    variants = f"_variants/{task}/"
+    return {
+        f.removeprefix(variants)
+        for f in files(source)
+        if not f.startswith(tuple(left_out)) and (not f.startswith("_variants/") or f.startswith(variants))
+    }
 
 
 def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Row, Path]) -> None:
     # Every choice but the task is the default of a runtime flag, so bakes of one task have the same files; only their
-    # names are rendered. The other tasks' files are left out, and the task's _variants/ replace shared ones.
+    # names are rendered. The other tasks' folders are left out, and the task's _variants/ replace shared files.
     answers, project = baked
     package = answers["project_name"].lower().replace(" ", "_")
-    source = TEMPLATE / "{{cookiecutter.project_slug}}"
-    others = [
-        p.format(package="{{cookiecutter.package_name}}")
-        for t, ps in task_files().items()
-        if t != answers["task"]
-        for p in ps
-    ]
-    variants = f"_variants/{answers['task']}/"
-    expected = {
-        f.removeprefix(variants).replace("{{cookiecutter.package_name}}", package)
-        for f in files(source)
-        if not any(f == p or f.startswith(p + "/") for p in others)
-        and (not f.startswith("_variants/") or f.startswith(variants))
-    }
+    expected = {f.replace("{{cookiecutter.package_name}}", package) for f in expected_files(answers["task"])}
     assert files(project) == expected
     assert "_variants" not in {p.name for p in project.iterdir()}
     for extra in (".pre-commit-config.yaml", ".github/workflows/ci.yml", ".github/workflows/gpu.yml", "Dockerfile"):
         assert extra in expected
     assert not [f for f in expected if "__pycache__" in f or f.endswith(".pyc")]
+    # Every bake carries the whole engine suite, and the tests of its own task only
+    engine = files(TEMPLATE / "{{cookiecutter.project_slug}}" / "tests" / "engine")
+    assert {f.removeprefix("tests/engine/") for f in files(project) if f.startswith("tests/engine/")} == engine
+    own = answers["task"].replace("-", "_")
+    assert {f.split("/")[1] for f in files(project) if f.startswith("tests/") and f.count("/") > 1} == {"engine", own}
 
 
 def test_no_jinja_is_left_in_any_file(baked: tuple[Row, Path]) -> None:
@@ -111,15 +116,14 @@ def test_pyproject_is_valid_and_carries_the_answers(baked: tuple[Row, Path]) -> 
 
 
 @pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
-def test_a_tracker_leaves_no_trace_unless_chosen(baked: tuple[Row, Path], tracker: str) -> None:
+def test_a_tracker_is_a_dependency_when_chosen_and_a_choice_of_logger_in_every_bake(
+    baked: tuple[Row, Path], tracker: str
+) -> None:
     answers, project = baked
-    mentions = sorted(f for f in files(project) if tracker in (project / f).read_text().lower())
-    if answers["logger"] != tracker:
-        assert mentions == []
-    else:
-        dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
-        assert any(d.startswith(f"{tracker}>=") for d in dependencies)
-        assert any(f.endswith("trainer.py") for f in mentions)
+    dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith(f"{tracker}>=") for d in dependencies) is (answers["logger"] == tracker)
+    loggers = project / "src" / answers["project_name"].lower().replace(" ", "_") / "engine" / "loggers.py"
+    assert f'cfg.logger == "{tracker}"' in loggers.read_text(), "selectable by --logger whatever the answer"
 
 
 def test_ruff_lint_and_format_are_clean(baked: tuple[Row, Path]) -> None:

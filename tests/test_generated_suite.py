@@ -13,62 +13,78 @@ FP16_FSDP_CSV = {"precision": "16-mixed", "strategy": "fsdp", "logger": "csv"}
 FP32_EAGER_NCHW_MLFLOW = {"precision": "32-true", "compile": "no", "channels_last": "no", "logger": "mlflow"}
 
 
-# Minute-long files whose runs pin every flag a bake's answers set a default for (accelerator, precision, strategy,
-# logger; compile is off on a CPU whatever the answer): a bake's answers cannot change what they run, so they run in
-# the defaults bake only, keeping CI within its time.
-ANSWER_INDEPENDENT = [
-    "test_stops.py",
-    "test_checkpoints.py",
-    "test_resume.py",
-    "test_distributed.py",
-    "test_bench.py",
-    "test_predict.py",
-    "test_export.py",
-    "test_folder_resume.py",
-    "test_transforms.py",
-    "test_data.py",
-    "test_finetune.py",
-    "test_fsdp_layout.py",
-    "test_multinode.py",
-    "test_metric_state.py",
-    "test_tool_stops.py",
-    "test_full_disk.py",
-    "test_validation_stop.py",
-    "test_inputs.py",
-    "test_resume_changes.py",
-    "test_own_task.py",
-    "test_layout.py",
-    "test_sweep.py",
-    "gpu",  # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
-]
+# The engine's suite (tests/engine/) runs the toy task with every flag a bake's answers set a default for pinned
+# (accelerator, precision, strategy, logger; compile is off on a CPU whatever the answer): one bake runs it for all.
+# Every bake runs these few, which read the answers or take seconds. ENGINE in a list below: the bake's other
+# tests/engine/ files, whoever added them.
+ENGINE_IN_EVERY_BAKE = ["engine/test_config.py", "engine/test_layout.py"]
+ENGINE = "engine/*"
 
+# The image task's minute-long files whose runs pin those flags too: they run in the defaults bake only, keeping CI
+# within its time.
+IMAGE_ANSWER_INDEPENDENT = (
+    [
+        f"image_classification/{name}"
+        for name in (
+            "test_checkpoints.py",
+            "test_resume.py",
+            "test_distributed.py",
+            "test_predict.py",
+            "test_export.py",
+            "test_folder_resume.py",
+            "test_transforms.py",
+            "test_data.py",
+            "test_finetune.py",
+            "test_fsdp_layout.py",
+            "test_tool_stops.py",
+            "test_validation_stop.py",
+            "test_inputs.py",
+            "test_resume_changes.py",
+            "test_bench.py",
+            "test_sweep.py",
+            "gpu",  # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
+        )
+    ]
+)
 
-# The defaults bake's own suite is the longest single test: its stop-and-resume files run as a test of their own, so
-# the two halves share the two CI cores instead of one of them running both.
-STOPS_AND_RESUMES = [
-    "test_stops.py",
-    "test_checkpoints.py",
-    "test_resume.py",
-    "test_resume_changes.py",
-    "test_distributed.py",
-    "test_multinode.py",
-    "test_validation_stop.py",
-    "test_full_disk.py",
-    "test_own_task.py",
+# The defaults bake's suite is split so that its parts share the two CI cores: the engine's suite (its signal and
+# multi-process files a part of their own), the image task's stop-and-resume files, and the sweep's (a few minutes of
+# train.py subprocesses) are parts of their own.
+ENGINE_PROCESSES = ["engine/test_stops.py", "engine/test_distributed.py", "engine/test_multinode.py"]
+IMAGE_STOPS_AND_RESUMES = [
+    f"image_classification/{name}"
+    for name in (
+        "test_checkpoints.py",
+        "test_resume.py",
+        "test_resume_changes.py",
+        "test_distributed.py",
+        "test_validation_stop.py",
+        "test_folder_resume.py",
+    )
 ]
-# The sweep's tests (a few minutes of train.py subprocesses) are a third part.
-SWEEP = ["test_sweep.py"]
-# The language model's bake shares the engine's tests that need no task with the image bake, which runs them.
+SWEEP = ["image_classification/test_sweep.py"]
 LM = {"task": "language-model"}
-TASK_FREE = ["test_own_task.py", "test_metric_state.py"]
 SUITES = {  # id: (answers, files left out, the only files run, minutes on 2 busy cores: conftest.py deals by it)
-    "defaults": ({}, STOPS_AND_RESUMES + SWEEP, [], 6),
-    "defaults-stops-and-resumes": ({}, [], STOPS_AND_RESUMES, 6),
+    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP], [], 5),
+    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 7),
+    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 6),
+    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 3),
     "defaults-sweep": ({}, [], SWEEP, 5),
-    "fp16-fsdp-csv": (FP16_FSDP_CSV, ANSWER_INDEPENDENT, [], 3),
-    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, ANSWER_INDEPENDENT, [], 3),
-    "language-model": (LM, TASK_FREE, [], 5),
+    "fp16-fsdp-csv": (FP16_FSDP_CSV, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
+    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
+    "language-model": (LM, [ENGINE], [], 4),
 }
+
+
+def expand(names: list[str], project: Path) -> list[str]:
+    """ENGINE made the bake's tests/engine/ files but ENGINE_IN_EVERY_BAKE; every name checked to exist in the bake."""
+    engine = sorted(f"engine/{p.name}" for p in (project / "tests" / "engine").glob("test_*.py"))
+    expanded: list[str] = []
+    for name in names:
+        expanded += [e for e in engine if e not in ENGINE_IN_EVERY_BAKE] if name == ENGINE else [name]
+    for name in expanded:
+        assert (project / "tests" / name).exists(), f"{name} is gone: update the lists above"
+    return expanded
 
 
 @pytest.mark.parametrize(
@@ -79,11 +95,10 @@ def test_generated_suite_passes(
     tmp_path: Path, answers: dict[str, str], left_out: list[str], only_these: list[str]
 ) -> None:
     project = bake(tmp_path, **answers)
-    names = TASK_FREE if answers.get("task") == "language-model" else ANSWER_INDEPENDENT + STOPS_AND_RESUMES + SWEEP
-    for name in names:
-        assert (project / "tests" / name).exists(), f"{name} is gone: update the lists above"
-    only = [f"tests/{name}" for name in only_these]
-    skip = [f"--ignore=tests/{name}" for name in left_out]
+    if answers.get("task") != "language-model":  # a file the image bake's lists name and the bake lacks: update them
+        expand([*IMAGE_ANSWER_INDEPENDENT, *IMAGE_STOPS_AND_RESUMES, *ENGINE_IN_EVERY_BAKE, *ENGINE_PROCESSES], project)
+    only = [f"tests/{name}" for name in expand(only_these, project)]
+    skip = [f"--ignore=tests/{name}" for name in expand(left_out, project)]
     result = run(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=1200
     )

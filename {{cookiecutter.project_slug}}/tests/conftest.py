@@ -1,4 +1,10 @@
-"""One tiny CPU setup shared by every test: 16 px images, 32 training samples, batches of 8."""
+"""What every test of either task shares: the project root, and its scripts run as a user runs them.
+
+tests/engine/ drives a toy task (the README's own); tests/<task>/ hold each task's tests and its tiny CPU flags. tests/
+and its folders are packages (tests.engine.conftest, ...): several conftest.py files, or test files of one name in two
+folders, never shadow each other, and a folder named like the project's package (language_model) cannot hide it. The
+files at tests/ itself import this one as `conftest` (pyproject's pythonpath has tests/).
+"""
 
 from __future__ import annotations
 
@@ -8,57 +14,48 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-import torchvision
-from safetensors.torch import save_file
+
+from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import TINY  # the bake's task's: tiny_args
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-# Pinned, not left to the bake's defaults: 16-mixed and fsdp need CUDA, and these tests must run on any CPU.
-TINY = [
-    "--accelerator=cpu",
-    "--precision=32-true",
-    "--strategy=auto",
-    "--image-size=16",
-    "--batch-size=8",
-    "--train-samples=32",
-    "--num-workers=0",
-    "--logger=csv",
-    "--log-every-n-steps=1",
-]
+__all__ = ["ROOT", "TINY", "run_script", "run_train"]
 
 
 @pytest.fixture
 def tiny_args(tmp_path: Path) -> list[str]:
+    """One epoch of the bake's task at its tiniest, into tmp_path/run (tests/engine/ has its own for the toy task)."""
     return [*TINY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}"]
 
 
-def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python train.py ARGS` in a fresh process, as a user would run it (src/ on the path even if not installed)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, str(ROOT / "train.py"), *args]
+def run_script(
+    script: str | Path,
+    *args: str,
+    timeout: float = 300,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`python SCRIPT ARGS` in a fresh process, as a user would run it: src/ and the root importable even if the
+    project is not installed, one thread per process on shared cores. SCRIPT is relative to the root, or absolute;
+    `env` adds to the inherited environment; `new_session` for a script that signals its own process group."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+    command = [sys.executable, str(ROOT / script), *args]
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+        return subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env=full_env,
+            start_new_session=new_session,
+        )
     except subprocess.TimeoutExpired as err:  # a hang fails its test with what the run printed, not a bare timeout
         out, errors = (s.decode() if isinstance(s, bytes) else s or "" for s in (err.stdout, err.stderr))
         return subprocess.CompletedProcess(command, -9, out, f"{errors}\nkilled: still running after {timeout:.0f} s")
 
 
-def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:
-    """A resnet18 with 1000 classes and non-default values everywhere (BatchNorm statistics included), saved."""
-    torch.manual_seed(0)
-    net = torchvision.models.resnet18(num_classes=1000)
-    for key, tensor in net.state_dict().items():  # views of the network's own tensors
-        if key.endswith("running_mean"):
-            tensor.uniform_(-1, 1)
-        elif key.endswith("running_var"):
-            tensor.uniform_(0.5, 2)
-        elif key.endswith(".weight") and tensor.ndim == 1:
-            tensor.uniform_(0.5, 1.5)
-    state = {k: v.clone() for k, v in net.state_dict().items()}
-    if path.suffix == ".safetensors":
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-    else:
-        torch.save(state, path)
-    return state
+def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python train.py ARGS`: the bake's task, as a user trains it."""
+    return run_script("train.py", *args, timeout=timeout)

@@ -2,6 +2,7 @@
 
     python bench.py                          # CUDA: GPT-2 124M at context 1024; CPU: the tiny model at context 64
     python bench.py --only bf16+compile      # some settings only; the table's first column has the names
+    python bench.py --task my_task           # your own task's rows instead (its TASK): --task --help says more
 
 Rows: tokens/s, MFU (PaLM's formula over engine/peaks.py's dense peak) and peak memory for precision x compile x
 FSDP2 with activation checkpointing; with CUDA also gpt2-xl (1.5B) under FSDP2 + activation checkpointing on one
@@ -22,10 +23,10 @@ from typing import Any
 import lightning
 import torch
 
+from {{ cookiecutter.package_name }}.bench import any_task
 from {{ cookiecutter.package_name }}.bench.harness import interleaved_rounds, peak_flops, quiet_trainers
 from {{ cookiecutter.package_name }}.bench.report import ratio_line, spread, write_json
-from {{ cookiecutter.package_name }}.engine.cli import OneLineParser, fail
-from {{ cookiecutter.package_name }}.engine.peaks import device_peak
+from {{ cookiecutter.package_name }}.engine import OneLineParser, device_peak, fail, set_up_warnings
 from {{ cookiecutter.package_name }}.tasks.language_model.bench import LMSetting, LMSpec, run_lightning, run_plain
 from {{ cookiecutter.package_name }}.tasks.language_model.config import SIZES
 
@@ -37,6 +38,7 @@ DEFAULTS = {
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", metavar="MODULE", help="bench your own task (a module or .py file with TASK) instead")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: CUDA when visible")
     parser.add_argument("--model", choices=tuple(SIZES), help="size (default: gpt2 on CUDA, tiny on CPU)")
     parser.add_argument("--context", type=int, help="tokens per sequence (default: 1024 on CUDA, 64 on CPU)")
@@ -138,10 +140,10 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
         def row(run: Any, setting: LMSetting, name: str) -> dict[str, Any]:
             timing = run(spec, setting, Path(workdir, name.replace("/", "-").replace(" ", "-")))
-            tokens_per_s = timing.images_per_s * spec.context  # the clock counts sequences
+            tokens_per_s = timing.samples_per_s * spec.context  # the clock counts sequences
             peak = peak_flops(spec.device, setting.precision, spec.device == "cuda", args.peak_tflops)  # TF32 on CUDA
             mfu = spec.flops_per_token(setting) * tokens_per_s / peak if peak else None
-            timing_row = {k: v for k, v in dataclasses.asdict(timing).items() if k != "images_per_s"}
+            timing_row = {k: v for k, v in dataclasses.asdict(timing).items() if k != "samples_per_s"}
             return {"name": name, **dataclasses.asdict(setting), **timing_row, "tokens_per_s": tokens_per_s, "mfu": mfu}
 
         for setting in settings:
@@ -158,6 +160,8 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if any_task.peek_task(argv) is not None:  # a team's own task: rows of its own, built through its TASK
+        return any_task.main(argv)
     args = parse_args(argv)
     command = shlex.join(["python", "bench.py", *(sys.argv[1:] if argv is None else argv)])
     with quiet_trainers():
@@ -168,7 +172,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from {{ cookiecutter.package_name }}.engine.quiet import set_up_warnings
-
     set_up_warnings()
     main()

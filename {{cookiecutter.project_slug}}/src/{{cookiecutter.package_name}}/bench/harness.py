@@ -21,12 +21,17 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from ..engine import peaks
-from ..engine.config import Config
-from ..engine.hardware import Hardware, apply_backend_flags, resolve
-from ..engine.peaks import HALF_PRECISIONS
-from ..engine.task import Task
-from ..engine.trainer import fsdp_units, measuring_trainer
+from ..engine import (
+    HALF_PRECISIONS,
+    Config,
+    Hardware,
+    Task,
+    apply_backend_flags,
+    fsdp_units,
+    measuring_trainer,
+    resolve_hardware,
+)
+from ..engine import peak_flops as datasheet_peak
 from .report import compare
 
 
@@ -59,27 +64,32 @@ class Spec:
 
 @dataclass
 class Timing:
-    images_per_s: float  # median over the timed windows
+    samples_per_s: float  # median over the timed windows (images, sequences, rows: whatever a batch holds)
     step_ms: float
     startup_s: float  # the warm-up steps' time beyond steady-state speed: compilation, autotuning
     peak_memory_gib: float | None  # None on CPU: no per-run peak to read, and RSS would include everything else
-    windows: list[float]  # images/s of each timed window
+    windows: list[float]  # samples/s of each timed window
+    # Process CPU seconds per step (median window): time spent waiting for the cores that other programs hold does not
+    # count, so on a shared CPU its ratios stay where wall-clock ratios scatter. With CUDA: the host's launch work only
+    cpu_step_ms: float
 
 
 class Clock:
-    """Wall-clock time after step 0, after the warm-up, and at the end of every timed window."""
+    """Wall-clock and process CPU time after step 0, after the warm-up, and at the end of every timed window."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
         self.device = torch.device(spec.device)
         self.marks = {0, *range(spec.warmup, spec.warmup + spec.steps + 1, spec.window)}
         self.times: dict[int, float] = {}
+        self.cpu_times: dict[int, float] = {}
 
     def tick(self, done: int) -> None:
         if done in self.marks:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.times[done] = time.perf_counter()
+            self.cpu_times[done] = time.process_time()
 
     def timing(self) -> Timing:
         marks = sorted(m for m in self.times if m >= self.spec.warmup)
@@ -88,7 +98,9 @@ class Clock:
         step_s = statistics.median(seconds) / self.spec.window
         peak = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
         startup = self.times[self.spec.warmup] - self.times[0] - self.spec.warmup * step_s
-        return Timing(statistics.median(per_second), 1000 * step_s, max(0.0, startup), peak, per_second)
+        cpu = [self.cpu_times[b] - self.cpu_times[a] for a, b in itertools.pairwise(marks)]
+        cpu_step_ms = 1000 * statistics.median(cpu) / self.spec.window
+        return Timing(statistics.median(per_second), 1000 * step_s, max(0.0, startup), peak, per_second, cpu_step_ms)
 
 
 class ClockCallback(L.Callback):
@@ -121,10 +133,10 @@ def quiet_trainers() -> Iterator[None]:
         lightning_log.setLevel(level)
 
 
-def prepare(cfg: Config, fsdp2: bool = False) -> Hardware:
-    """The hardware of one timed run, its backend flags set, nothing left over from the run before. `fsdp2`: the
-    task's FSDP flavour (Task.fsdp2)."""
-    hw = resolve(cfg, fsdp2=fsdp2)
+def prepare(cfg: Config, fsdp2: bool = False, channels_last: bool = True) -> Hardware:
+    """The hardware of one timed run, its backend flags set, nothing left over from the run before. `fsdp2`,
+    `channels_last`: the task's FSDP flavour and whether it declares a layout (Task.fsdp2, Task.channels_last)."""
+    hw = resolve_hardware(cfg, fsdp2=fsdp2, channels_last=channels_last)
     apply_backend_flags(cfg)
     torch.compiler.reset()  # every setting compiles from scratch, not on top of the last one's guards
     if hw.accelerator == "cuda":
@@ -157,7 +169,7 @@ def peak_flops(device: str, precision: str, tf32: bool, peak_tflops: float | Non
         return None
     if peak_tflops is not None and precision in HALF_PRECISIONS:
         return peak_tflops * 1e12
-    found = peaks.peak_flops(torch.cuda.get_device_name(), precision, tf32)
+    found = datasheet_peak(torch.cuda.get_device_name(), precision, tf32)
     return found[0] if found else None
 
 
@@ -179,7 +191,7 @@ def interleaved_rounds(
     results |= compare(measured)
     save()
     for i in range(1, rounds):
-        lightning = run_lightning(spec, setting, workdir / f"round{i}-lightning").images_per_s
-        measured.append((lightning, run_plain(spec, setting, workdir / f"round{i}-plain").images_per_s))
+        lightning = run_lightning(spec, setting, workdir / f"round{i}-lightning").samples_per_s
+        measured.append((lightning, run_plain(spec, setting, workdir / f"round{i}-plain").samples_per_s))
         results |= compare(measured)
         save()

@@ -13,7 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..engine.task import first_dim
+from ..engine import first_dim
 
 TIMED_BATCHES = 8
 Row = dict[str, object]

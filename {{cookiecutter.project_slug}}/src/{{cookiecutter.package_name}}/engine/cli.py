@@ -7,13 +7,16 @@ import argparse
 import dataclasses
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
 from .config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from .task import Task
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 T = typing.TypeVar("T")
@@ -61,19 +64,27 @@ def converter(annotation: Any) -> Callable[[str], Any]:
     return convert
 
 
-def build_parser(*schemas: type, prog: str, description: str) -> argparse.ArgumentParser:
-    """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options)."""
+def build_parser(
+    *schemas: type,
+    prog: str,
+    description: str,
+    defaults: Mapping[str, Any] | None = None,
+    hidden: Collection[str] = (),
+) -> argparse.ArgumentParser:
+    """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options), but the `hidden`
+    ones (options this task does not have); `defaults` replace the fields' own (a Task's) and say so in --help."""
+    defaults = defaults or {}
     parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as the flags, with _)")
     hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}
-    for f in (f for schema in schemas for f in dataclasses.fields(schema)):
+    for f in (f for schema in schemas for f in dataclasses.fields(schema) if f.name not in hidden):
         if f.metadata["positional"]:  # e.g. predict.py's INPUT...: one or more values
             parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
             continue
         flag = "--" + f.name.replace("_", "-")
         # argparse %-formats help texts (for %(default)s), so a literal % must be doubled
-        help_text = f.metadata["help"].replace("%", "%%")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": help_text}
+        help_text = f.metadata["help"].replace("%", "%%") + (" [the task's default]" if f.name in defaults else "")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": defaults.get(f.name, f.default), "help": help_text}
         if f.metadata.get("const") is not None:  # a flag whose value may be left out, like --pretrained [PATH]
             kwargs.update(nargs="?", const=f.metadata["const"])
         if f.metadata["choices"]:
@@ -85,8 +96,9 @@ def build_parser(*schemas: type, prog: str, description: str) -> argparse.Argume
     return parser
 
 
-def load_yaml(path: str, *schemas: type) -> dict[str, Any]:
-    """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key."""
+def load_yaml(path: str, *schemas: type, hidden: Collection[str] = ()) -> dict[str, Any]:
+    """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key. `hidden`:
+    options the task does not have (channels_last for a task that does not declare the layout)."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as err:
@@ -103,6 +115,8 @@ def load_yaml(path: str, *schemas: type) -> dict[str, Any]:
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        if name in hidden:
+            fail(f"--config: key {key!r} in {path} is not an option of this task; delete the line")
         if name not in hints:
             fail(f"--config: unknown key {key!r} in {path}; valid keys: {', '.join(hints)}")
         optional = type(None) in typing.get_args(hints[name])
@@ -119,32 +133,45 @@ def load_yaml(path: str, *schemas: type) -> dict[str, Any]:
     return values
 
 
-def parse_run(argv: Sequence[str] | None, options: type[Any], task: str) -> tuple[Config, Any]:
-    """train.py's options, the engine's and the task's: flags override the --config file, which overrides the
-    defaults. `task`: what --help says is trained."""
-    description = f"Train {task}. Flags override --config; every default is shown with its reason."
-    args = _parse(argv, (Config, options), prog="train.py", description=description)
-    own = {f.name for f in dataclasses.fields(options)}
+def parse_run(argv: Sequence[str] | None, task: Task, prog: str | None = None) -> tuple[Config, Any]:
+    """A task's options and the engine's: flags override the --config file, which overrides the task's defaults, which
+    override the engine's. `prog`: the script --help names; unset, the one that was run."""
+    description = f"Train {task.name}. Flags override --config; every default is shown with its reason."
+    prog = prog or Path(sys.argv[0]).name
+    args = _parse(argv, (Config, task.options), prog, description, task.defaults, engine_options_hidden(task))
+    own = {f.name for f in dataclasses.fields(task.options)}
     try:
-        return Config(**{k: v for k, v in args.items() if k not in own}), options(**{k: args[k] for k in own})
+        return Config(**{k: v for k, v in args.items() if k not in own}), task.options(**{k: args[k] for k in own})
     except ConfigError as err:
         fail(str(err))
 
 
 def parse_options(argv: Sequence[str] | None, schema: type[T], prog: str, description: str) -> T:
     """Options of the dataclass `schema` (predict.py's, export.py's), checked by its __post_init__."""
-    args = _parse(argv, (schema,), prog=prog, description=description)
+    args = _parse(argv, (schema,), prog, description)
     try:
         return schema(**args)
     except ConfigError as err:
         fail(str(err))
 
 
-def _parse(argv: Sequence[str] | None, schemas: tuple[type, ...], prog: str, description: str) -> dict[str, Any]:
-    parser = build_parser(*schemas, prog=prog, description=description)
+def engine_options_hidden(task: Task) -> tuple[str, ...]:
+    """The engine's options a task does not have: the layout, unless it declares one."""
+    return () if task.channels_last else ("channels_last",)
+
+
+def _parse(
+    argv: Sequence[str] | None,
+    schemas: tuple[type, ...],
+    prog: str,
+    description: str,
+    defaults: Mapping[str, Any] | None = None,
+    hidden: Collection[str] = (),
+) -> dict[str, Any]:
+    parser = build_parser(*schemas, prog=prog, description=description, defaults=defaults, hidden=hidden)
     config_file = _peek_config(argv)
     if config_file:
-        parser.set_defaults(**load_yaml(config_file, *schemas))
+        parser.set_defaults(**load_yaml(config_file, *schemas, hidden=hidden))
     args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
     args.pop("config")
     return args

@@ -21,7 +21,7 @@ class Hardware:
     world_size: int  # processes in the whole job
     precision: str
     compile: bool
-    channels_last: bool
+    channels_last: bool | None  # None: the task does not declare the layout (Task.channels_last), so none is printed
     pin_memory: bool
     num_workers: int
     cudnn_benchmark: bool
@@ -32,7 +32,8 @@ class Hardware:
     def summary(self) -> str:
         return (
             f"hardware: {self.device_name} x{self.world_size} | precision={self.precision} compile={self.compile} "
-            f"channels_last={self.channels_last} pin_memory={self.pin_memory} workers/device={self.num_workers} "
+            + ("" if self.channels_last is None else f"channels_last={self.channels_last} ")
+            + f"pin_memory={self.pin_memory} workers/device={self.num_workers} "
             + "".join(f"{key}={value} " for key, value in self.choices.items())
             + f"cudnn.benchmark={self.cudnn_benchmark}"
         )
@@ -96,14 +97,36 @@ def _precision(cfg: Config, accelerator: str) -> str:
         raise ConfigError("precision", f"16-mixed needs a CUDA GPU, not {accelerator}; use bf16-mixed or 32-true")
     if cfg.precision != "auto":
         return cfg.precision
+    if accelerator == "cpu" and native_bf16():
+        # bench.py on a Xeon with AMX, CPU time: ResNets 1.10-2.04x fp32, an MLP of 512-wide layers 1.35x (a few tiny
+        # matmuls, 0.88x: pass --precision 32-true); docs/benchmarks/2026-11-24-cpu-defaults-intel-xeon-amx.txt
+        return "bf16-mixed"
     if accelerator != "cuda":
-        return "32-true"  # CPU bf16 speed depends on the chip (AMX, AVX512-BF16): opt in with --precision bf16-mixed
+        return "32-true"  # no bf16 units: emulated bf16 is slower than fp32
     # bf16 has fp32's range, so no loss scaling; Ampere (sm80) and newer run it at full tensor-core speed.
     return "bf16-mixed" if torch.cuda.get_device_capability()[0] >= 8 else "16-mixed"
 
 
-def resolve(cfg: Config, fsdp2: bool = False) -> Hardware:
-    """`fsdp2`: the task shards with FSDP2 (`Task.fsdp2`), which runs on CPUs too and has two sharding modes."""
+def native_bf16() -> bool:
+    """A CPU with bf16 matrix units (AMX) or instructions (AVX512-BF16), which oneDNN uses for bf16 convolutions and
+    matmuls; without them bf16 is emulated, slower than fp32."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+    except AttributeError:  # a torch without these probes: assume none
+        return False
+
+
+def _channels_last(cfg: Config, accelerator: str, precision: str) -> bool:
+    if cfg.channels_last is not None:
+        return cfg.channels_last
+    # NHWC is what tensor cores want. On CPUs, bench.py measured it slower than NCHW in fp32 (0.83-0.96x), and faster
+    # in bf16 on AMX (1.04-1.24x over bf16 NCHW): so on a CPU it follows native bf16.
+    return accelerator == "cuda" or (accelerator == "cpu" and precision.startswith("bf16") and native_bf16())
+
+
+def resolve(cfg: Config, fsdp2: bool = False, channels_last: bool = False) -> Hardware:
+    """`fsdp2`: the task shards with FSDP2 (`Task.fsdp2`), which runs on CPUs too and has two sharding modes.
+    `channels_last`: the task declares the layout (`Task.channels_last`); otherwise it is neither chosen nor printed."""
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
     world_size = local * cfg.num_nodes
@@ -113,15 +136,15 @@ def resolve(cfg: Config, fsdp2: bool = False) -> Hardware:
         raise ConfigError("fsdp_sharding", f"FSDP2 shards FULL_SHARD or SHARD_GRAD_OP, not {cfg.fsdp_sharding}")
     if cfg.auto_batch_size and world_size > 1:
         raise ConfigError("auto_batch_size", f"searches on one device, not {world_size}; use --devices 1")
+    precision = _precision(cfg, accelerator)
     return Hardware(
         accelerator=accelerator,
         devices=devices,
         world_size=world_size,
-        precision=_precision(cfg, accelerator),
+        precision=precision,
         # Compiling costs ~1 min on GPU and pays back within an epoch; on CPU it rarely pays back, so opt-in there.
         compile=cfg.compile if cfg.compile is not None else accelerator == "cuda",
-        # NHWC is what tensor cores want; on CPU it is neutral to slightly faster with oneDNN, so it follows the flag.
-        channels_last=cfg.channels_last,
+        channels_last=_channels_last(cfg, accelerator, precision) if channels_last else None,
         # Pinned host memory makes the host-to-device copy asynchronous; pointless without a CUDA device.
         pin_memory=accelerator == "cuda",
         # One CPU per device stays with the training process; all the others decode and collate. No fixed cap: one

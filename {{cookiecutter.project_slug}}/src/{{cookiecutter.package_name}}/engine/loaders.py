@@ -3,7 +3,7 @@
 - pinned host memory on CUDA (an asynchronous host-to-device copy) and the worker count that `hardware.resolve`
   chose (affinity- and SLURM-aware);
 - workers forked before CUDA is up and started from a forkserver after (`worker_context`);
-- workers that leave stop signals to the main process, which saves a checkpoint first (`ignore_stop_signals`);
+- workers that leave stop signals to the main process, which saves a checkpoint first (`signals.ignore_stop_signals`);
 - for training, an order that depends only on (seed, epoch) and a position saved in every checkpoint, so a run
   resumed mid-epoch reads exactly the batches an uninterrupted one would (`ResumableLoader`, restored by
   `resume.ExactResume`).
@@ -14,8 +14,6 @@ A task's DataModule returns `train_loader(...)` and `eval_loader(...)` from its 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 from collections.abc import Callable, Iterator, Sized
 from itertools import islice
 from multiprocessing.context import BaseContext
@@ -24,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from .signals import ignore_stop_signals
 
 
 def train_loader(
@@ -79,21 +77,6 @@ def worker_context() -> BaseContext | None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return multiprocessing.get_context("forkserver")
     return None
-
-
-def ignore_stop_signals(worker_id: int) -> None:
-    """A loader worker's `worker_init_fn`: stop signals are the main process's to handle.
-
-    `timeout`, `scancel` and a terminal's hangup signal the whole process group. A worker killed by SIGTERM makes the
-    main process raise from inside whatever it was doing, before it can save; ignoring it, the worker runs on until
-    the main process has saved and shuts it down (or exits, which workers notice within seconds).
-    """
-    for signum in (*STOP_SIGNALS, signal.SIGUSR1):  # SIGUSR1: SLURM's pre-emption warning, handled by Lightning
-        signal.signal(signum, signal.SIG_IGN)
-    if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning adds when a loader has no worker_init_fn
-        from lightning.fabric.utilities.seed import pl_worker_init_function
-
-        pl_worker_init_function(worker_id)
 
 
 class EpochShuffle(RandomSampler):

@@ -1,12 +1,13 @@
 """`EngineModule`: the LightningModule base that gives a task's network the engine's speed features.
 
 A subclass builds its network as `self.net`, saves the options of `run_hparams(cfg, hw)` among its hparams, and
-writes its steps. It then gets:
+writes one `shared_step(batch, stage)` that returns the loss: training, validation and test all run it. It then gets:
 - torch.compile of `self.net` (not of the LightningModule, so self.log, hooks and DDP stay in eager Python);
 - AdamW, fused where Lightning can still clip its gradients, with decay kept off norms, biases and embeddings;
   the names are recorded before FSDP turns every parameter into a flat 1-D shard;
 - linear warm-up then cosine decay per optimizer step, which under 16-mixed skips the steps GradScaler skipped;
-- MFU: `example_input(batch_size)` is counted on the meta device, and the throughput monitor divides it by time.
+- MFU: `example_input(batch_size)` is counted on the meta device, and the throughput monitor divides it by time;
+- for a task that declares channels_last (`Task.channels_last`), `self.net` and its 4-D floating inputs in NHWC.
 """
 
 from __future__ import annotations
@@ -73,14 +74,41 @@ def count_flops(net: nn.Module, example: Tensor) -> int:
     return measure_flops(net, lambda: net(example), lambda out: out.sum())
 
 
+def to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A forward pre-hook: 4-D floating inputs in NHWC, whatever layout the loader or a transform left them in (a
+    no-op for those already in it)."""
+    return tuple(
+        a.contiguous(memory_format=torch.channels_last)
+        if isinstance(a, Tensor) and a.ndim == 4 and a.is_floating_point()
+        else a
+        for a in args
+    )
+
+
 class EngineModule(L.LightningModule):
     net: nn.Module
+    # Set by Task.build when the task declares channels_last and the run has it on: configure_model converts
+    channels_last = False
 
     def __init__(self) -> None:
         super().__init__()
         self.no_decay: set[str] | None = None  # names under self.net; configure_model records them if unset
         self.flops_per_batch = 0  # set in setup; the throughput monitor divides it by step time for MFU
         self.loss_scale: float | None = None  # 16-mixed: GradScaler's scale after the last optimizer step
+        self._layout_hook: Any = None  # the channels_last pre-hook's handle, once registered
+
+    def shared_step(self, batch: Any, stage: str) -> Tensor:
+        """The loss of `batch`, logging `{stage}/...` metrics; stage is "train", "val" or "test"."""
+        raise NotImplementedError(f"{type(self).__name__} must define shared_step(batch, stage) -> loss")
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self.shared_step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.shared_step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.shared_step(batch, "test")
 
     def example_input(self, batch_size: int) -> Tensor | None:
         """One batch of `self.net`'s input, for counting FLOPs (a meta tensor will do); None: no MFU."""
@@ -116,7 +144,10 @@ class EngineModule(L.LightningModule):
 
     def configure_model(self) -> None:
         self.recorded_no_decay()
-        parallelize = getattr(self._trainer.strategy, "parallelize", None) if self._trainer is not None else None
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if self.channels_last:
+            self._use_channels_last(fsdp1=isinstance(strategy, FSDPStrategy))
+        parallelize = getattr(strategy, "parallelize", None)
         if parallelize is not None:  # FSDP2 (sharding.FullyShard): the blocks are sharded before they are compiled
             parallelize(self.net)
         if self.hparams.get("compile") and not getattr(self.net, "_compiled_call_impl", None):
@@ -125,6 +156,14 @@ class EngineModule(L.LightningModule):
             # compiled after it, which then loses its static-shape kernels. Instead each size gets its own graph.
             # nn.Module.compile() works in place and keeps state_dict keys free of the `_orig_mod.` prefix.
             self.net.compile(mode=self.hparams.get("compile_mode", "default"), dynamic=False)
+
+    def _use_channels_last(self, fsdp1: bool) -> None:
+        # FSDP1 (use_orig_params) gives a channels_last weight a contiguous gradient, which CUDA's fused AdamW refuses
+        # for its differing strides: there the weights keep the default layout and only the inputs are NHWC.
+        if not fsdp1:
+            self.net.to(memory_format=torch.channels_last)  # in place: 4-D weights only
+        if self._layout_hook is None:  # before compile, so the compiled call includes it
+            self._layout_hook = self.net.register_forward_pre_hook(to_channels_last)
 
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: decayed, then not decayed. Told apart by the recorded names: under FSDP every parameter is

@@ -6,6 +6,7 @@ Writes <output-dir>/profile/trace.json (open it in https://ui.perfetto.dev or ch
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ class ProfileSteps(L.Callback):
         if not trainer.is_global_zero:  # one trace is enough; every rank writing the same file is not
             return
         self.cuda = trainer.strategy.root_device.type == "cuda"
+        if not self.cuda:  # a CUDA build of torch without a GPU: Kineto would print "ERROR: gpuGetDeviceCount failed"
+            os.environ.setdefault("KINETO_LOG_LEVEL", "5")
         self.profiler = torch.profiler.profile(
             activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if self.cuda else [])],
             schedule=torch.profiler.schedule(wait=SKIP, warmup=WARMUP, active=ACTIVE, repeat=1),

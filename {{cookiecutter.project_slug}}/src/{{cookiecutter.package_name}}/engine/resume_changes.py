@@ -4,7 +4,7 @@ Every checkpoint records the options of the run that wrote it (`RunRecord`). On 
 them with this run's before anything starts: a change that would make the checkpoint mean something else is refused in
 one line; one that can be honoured is said in one line and applied to the checkpoint as Lightning loads it, since the
 optimizer and scheduler states it restores would otherwise bring back the old values. The README's resume section
-lists the same decisions; tests/test_resume_changes.py checks that every option of Config is in one group.
+lists the same decisions; tests/engine/test_resume_changes.py checks that every option of Config is in one group.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 
 from .config import Config, ConfigError
 from .module import EngineModule
-from .task import AFRESH, RECORD, SCHEDULE, Task
+from .task import AFRESH, RECORD, SCHEDULE, Task, saved_record
 
 # What a change would silently alter, were it accepted. A task's options are refused too unless it says otherwise.
 REFUSED = {
@@ -69,7 +69,7 @@ def recorded_options(checkpoint: dict[str, Any], names: Collection[str] = ()) ->
     engine's) that its hparams hold."""
     hparams = {**(checkpoint.get("datamodule_hyper_parameters") or {}), **(checkpoint.get("hyper_parameters") or {})}
     known = {*Config.__dataclass_fields__, *names}
-    return {**{k: v for k, v in hparams.items() if k in known}, **(checkpoint.get(RECORD) or {})}
+    return {**{k: v for k, v in hparams.items() if k in known}, **saved_record(checkpoint)}
 
 
 def as_flag(name: str, value: Any) -> str:
@@ -128,7 +128,7 @@ def check_global_batch(old: dict[str, Any], cfg: Config, world_size: int) -> lis
     if math.prod(before) == math.prod(after):
         return [
             f"{split(*after)} instead of the checkpoint's {split(*before)}: the same global batch of "
-            f"{math.prod(after)}; the place in the epoch is converted into images seen, so none is skipped or repeated"
+            f"{math.prod(after)}; the place in the epoch is converted into samples seen, so none is skipped or repeated"
         ]
     name = "batch_size" if before[0] != after[0] else "accumulate_grad_batches" if before[2] != after[2] else "devices"
     per_device, rest = divmod(math.prod(before), world_size * cfg.accumulate_grad_batches)
@@ -157,7 +157,7 @@ class RunRecord(Callback):
             **dataclasses.asdict(self.cfg),
             **dataclasses.asdict(self.opts),
             "world_size": self.world_size,
-            "train_images": len(loader.dataset) if loader is not None else None,  # type: ignore[arg-type]
+            "train_items": len(loader.dataset) if loader is not None else None,  # type: ignore[arg-type]
             "train_batches": trainer.num_training_batches,  # per device: a position there is the epoch's end
         }
 
@@ -167,7 +167,7 @@ class RunRecord(Callback):
 
     def _move_position(self, checkpoint: dict[str, Any], old: dict[str, Any]) -> None:
         """The loader's place, counted in old batches, as new ones: the epoch's order is one permutation for all
-        batch sizes and device counts, so the images seen are a prefix of it, a whole number of new batches."""
+        batch sizes and device counts, so the samples seen are a prefix of it, a whole number of new batches."""
         position = (checkpoint.get("exact_resume") or {}).get("train_loader")
         before = old["batch_size"] * old.get("world_size", self.world_size)
         after = self.cfg.batch_size * self.world_size
@@ -175,7 +175,7 @@ class RunRecord(Callback):
             return
         done = position["batches_done"]
         if done >= old.get("train_batches", math.inf):  # at the epoch's end: at the end of the new epoch too
-            moved = math.ceil(old["train_images"] / self.world_size) // self.cfg.batch_size
+            moved = math.ceil(old["train_items"] / self.world_size) // self.cfg.batch_size
         else:
             moved = done * before // after
         position["batches_done"] = moved

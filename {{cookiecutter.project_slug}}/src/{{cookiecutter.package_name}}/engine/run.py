@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli import fail, parse_run, save_yaml
-from .config import Config, ConfigError
+from .cli import engine_options_hidden, fail, parse_run, save_yaml
+from .config import Config, ConfigError, check_logger
 from .rundir import check_output_dir, hold_output_dir, last_path
 from .task import Task
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:  # torch and Lightning load once the options are known to be g
 
 
 def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
-    cfg, opts = parse_run(argv, task.options, task.name)  # before the heavy imports, so a bad flag answers at once
+    cfg, opts = parse_run(argv, task)  # before the heavy imports, so a bad flag answers at once
     try:
+        check_logger(cfg)
         check_output_dir(cfg)
     except ConfigError as err:
         fail(str(err))
@@ -35,7 +37,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
-        hw = hardware.resolve(cfg, fsdp2=task.fsdp2)
+        hw = hardware.resolve(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last)
         if task.resolve is not None:
             hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
         check_launcher(cfg)
@@ -47,7 +49,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         if ckpt is not None:
             notes += check_changes(saved, cfg, opts, task, hw.world_size)
             notes += task.check_resume(saved, cfg, opts, datamodule) if task.check_resume else []
-        model = task.build_model(cfg, opts, hw, datamodule)
+        model = task.build(cfg, opts, hw, datamodule)
         if ckpt is not None:
             check_same_network(Path(ckpt), saved, model, "resume")
     except ConfigError as err:
@@ -69,7 +71,13 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
 
             return profile(cfg, hw, model, datamodule, wrap=wrap, task=task)
         logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
-        trainer = build_trainer(cfg, hw, wrap=wrap, logger_version=logger_version, task=task)
+        # the summary line says so when no validation ran, or the task never logs its monitored metric
+        warnings.filterwarnings("ignore", r"`ModelCheckpoint\(monitor=.*could not find the monitored key", UserWarning)
+        if ckpt is not None:  # what a routine resume finds, and Lightning warns of as if it were a mistake
+            warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty", UserWarning)
+        trainer = build_trainer(
+            cfg, hw, wrap=wrap, logger_version=logger_version, task=task, resumed_step=saved.get("global_step")
+        )
         trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size))  # type: ignore[attr-defined]  # for --resume
         return _fit_and_test(task, cfg, opts, hw, trainer, model, datamodule, ckpt)
 
@@ -84,7 +92,8 @@ def _fit_and_test(
         with explain_failures(cfg, trainer, datamodule, task.unit):
             cfg.batch_size = scale_batch_size(trainer, model, datamodule)
     if trainer.is_global_zero:
-        options = {**asdict(cfg), **asdict(opts)}
+        hidden = engine_options_hidden(task)
+        options = {k: v for k, v in {**asdict(cfg), **asdict(opts)}.items() if k not in hidden}
         save_yaml(options, Path(cfg.output_dir) / "config.yaml")
         global_batch = cfg.batch_size * hw.world_size * cfg.accumulate_grad_batches
         for logger in trainer.loggers:
@@ -112,11 +121,22 @@ def _fit_and_test(
         said = task.summary(datamodule) if task.summary is not None else ""
         extra = f"{said}  " if said else ""
         print(
-            f"{'best' if best else 'last'} {task.monitor}={metrics.get(task.monitor, nan):.4f}  "
+            f"{monitored(task, metrics, best is not None, trainer.global_step)}  "
             f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "
             f"checkpoints: {last.parent.resolve()}"
         )
     return metrics
+
+
+def monitored(task: Task, metrics: dict[str, float], best: bool, step: int) -> str:
+    """The summary's first words: the best (or last) monitored value, or why there is none."""
+    if task.monitor in metrics:
+        return f"{'best' if best else 'last'} {task.monitor}={metrics[task.monitor]:.4f}"
+    stage = task.monitor.split("/", 1)[0] + "/"
+    logged = sorted(k for k in metrics if k.startswith(stage))
+    if logged:  # validation ran, but the task logs its metric under another name
+        return f"{task.monitor} was never logged (validation logged {', '.join(logged)}): no best checkpoint"
+    return f"no validation ran (training ended at step {step}, before the first epoch's end): no best checkpoint"
 
 
 def run(task: Task, argv: list[str] | None = None) -> None:
@@ -129,9 +149,10 @@ def run(task: Task, argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
         print("stopped by SIGINT", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
-    finally:  # a further signal while Python shuts down (loader workers, logger threads) keeps the exit code
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
-            signal.signal(signum, signal.SIG_IGN)
+    finally:
+        from .signals import ignore_while_exiting
+
+        ignore_while_exiting()
 
 
 @contextmanager
@@ -146,7 +167,7 @@ def explain_failures(
 
     from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError
     from .guards import NonFiniteLossError
-    from .resume import StopOnSignal
+    from .signals import StopOnSignal
 
     try:
         yield
@@ -187,7 +208,7 @@ def explain_failures(
             config = Path(cfg.output_dir, "config.yaml")
             print(
                 f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
-                f"Test it with: python train.py --config {config} --resume last",
+                f"Test it with: python {Path(sys.argv[0]).name} --config {config} --resume last",
                 file=sys.stderr,
             )
         elif trainer.is_global_zero:

@@ -12,14 +12,17 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from .config import Config, ConfigError
 from .files import out_of_space
+
+ORPHAN_WAIT = 30.0  # seconds a killed run's leftover processes may hold the lock before a restart gives up
 
 
 def last_path(output_dir: str | Path) -> Path:
@@ -61,6 +64,45 @@ def _no_space(path: Path, created: list[Path], err: OSError) -> NoReturn:
     raise ConfigError("output_dir", f"no space left in {path}; free some, or give another --output-dir")
 
 
+def take_lock(lock: BinaryIO, path: Path) -> None:
+    """The lock, or ConfigError naming the run that holds it. A run killed with kill -9 (the OOM killer) can leave
+    processes it started (loader workers on macOS, or from a forkserver) holding it for seconds: those are waited for,
+    a bounded time, and never named as the run."""
+    waited = 0.0
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().decode(errors="replace").strip()
+            if holder.isdigit() and not alive(int(holder)) and waited < ORPHAN_WAIT:
+                if waited == 0:
+                    print(f"note: the run that used {path} (pid {holder}) has ended; waiting for what it started")
+                time.sleep(0.2)
+                waited += 0.2
+                continue
+            if holder.isdigit() and not alive(int(holder)):
+                message = (
+                    f"the run that used {path} (pid {holder}) has ended, but processes it started still hold its lock "
+                    f"after {ORPHAN_WAIT:.0f} s; end them (fuser -k {path / '.lock'}), or give another --output-dir"
+                )
+            else:
+                who = f"pid {holder or 'unknown'}"
+                message = f"another run ({who}) is using {path}; wait for it, or give another --output-dir"
+            raise ConfigError("output_dir", message) from None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @contextmanager
 def hold_output_dir(cfg: Config, is_global_zero: bool) -> Iterator[None]:
     """Holds `<output-dir>/.lock` for the run (global rank 0 only: the other ranks belong to the same run)."""
@@ -76,12 +118,7 @@ def hold_output_dir(cfg: Config, is_global_zero: bool) -> Iterator[None]:
         _no_space(path, created, err)
     with lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().decode(errors="replace").strip() or "unknown"
-            message = f"another run (pid {holder}) is using {path}; wait for it, or give another --output-dir"
-            raise ConfigError("output_dir", message) from None
+            take_lock(lock, path)
         except OSError as err:  # Lustre without -o flock, some NFS: the run works, only unguarded
             warnings.warn(
                 f"cannot lock {path / '.lock'} on this filesystem ({err.strerror}): nothing keeps a second run out "

@@ -27,6 +27,15 @@ AFRESH = "or start afresh in another --output-dir"
 SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
 
 
+def saved_record(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The options and counts a checkpoint was trained with (`RunRecord`); checkpoints from before the engine counted
+    any task's samples call `train_items` `train_images`."""
+    record = dict(checkpoint.get(RECORD) or {})
+    if "train_images" in record:
+        record.setdefault("train_items", record.pop("train_images"))
+    return record
+
+
 def first_dim(batch: Any) -> int:
     """Samples in a batch whose first element is a tensor with the batch first, as (inputs, targets) are."""
     first = batch[0] if isinstance(batch, list | tuple) else batch
@@ -63,6 +72,12 @@ class Task:
     check_resume: Callable[[dict[str, Any], Config, Any, L.LightningDataModule], list[str]] | None = None
     # More for the summary line, from the DataModule (the language model's entropy floor: "floor=1.1140")
     summary: Callable[[L.LightningDataModule], str] | None = None
+    # A convolutional network's declaration: the engine then converts `module.net` and its 4-D floating inputs to
+    # NHWC (`--channels-last`, offered to such tasks only); elsewhere the layout means nothing
+    channels_last: bool = False
+    # The task's own defaults for engine options ({"batch_size": 4, "lr": 1e-3}): shown in --help; a --config file
+    # and then the flags override them
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.options):
@@ -72,6 +87,18 @@ class Task:
             raise TypeError(f"Task {self.name!r}: options {sorted(clash)} are the engine's own; rename them")
         if self.mode not in ("min", "max"):
             raise TypeError(f"Task {self.name!r}: mode must be 'min' or 'max', not {self.mode!r}")
+        unknown = set(self.defaults) - set(Config.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"Task {self.name!r}: defaults {sorted(unknown)} are not engine options; see Config")
+        if "channels_last" in self.defaults and not self.channels_last:
+            raise TypeError(f"Task {self.name!r}: a channels_last default needs channels_last=True")
+
+    def build(self, cfg: Config, opts: Any, hw: Hardware, datamodule: L.LightningDataModule) -> L.LightningModule:
+        """The task's LightningModule, with the engine's resolved layout on it: what train.py and bench.py run."""
+        model = self.build_model(cfg, opts, hw, datamodule)
+        if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
+            model.channels_last = True  # type: ignore[assignment]
+        return model
 
     @property
     def test_metric(self) -> str:

@@ -12,7 +12,6 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.environments import (
     ClusterEnvironment,
     LightningEnvironment,
@@ -28,10 +27,13 @@ from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint, last_path
 from .config import Config, ConfigError, parse_every
 from .guards import FiniteLossGuard
 from .hardware import Hardware
+from .loggers import build_logger
 from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress, ValidationRecord
-from .resume import ExactResume, StopOnSignal
+from .promises import RunPromises
+from .resume import ExactResume
 from .sharding import FullyShard
+from .signals import StopOnSignal
 from .task import Task, first_dim
 
 
@@ -115,33 +117,6 @@ def check_launcher(cfg: Config) -> None:
         )
 
 
-def build_logger(cfg: Config, version: Any = None) -> Logger:
-    """`version`: the logger run a resumed checkpoint wrote to, continued where the logger allows it."""
-    save_dir = str(Path(cfg.output_dir) / "logs")
-    if cfg.logger == "csv":
-        return CSVLogger(save_dir, name="", version=version)
-{%- if cookiecutter.logger == "wandb" %}
-    if cfg.logger == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
-
-        return WandbLogger(
-            save_dir=save_dir,
-            project="{{ cookiecutter.project_slug }}",
-            version=version,
-        )
-{%- elif cookiecutter.logger == "mlflow" %}
-    if cfg.logger == "mlflow":
-        from lightning.pytorch.loggers import MLFlowLogger
-
-        return MLFlowLogger(
-            experiment_name="{{ cookiecutter.project_slug }}",
-            save_dir=str(Path(save_dir) / "mlruns"),
-            run_id=version,
-        )
-{%- endif %}
-    return TensorBoardLogger(save_dir, name="", version=version)
-
-
 def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
     """`task`: its monitor picks the best checkpoint and its counts feed the throughput; unset = val/loss, min."""
     checkpoints = last_path(cfg.output_dir).parent
@@ -175,6 +150,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
         ),
         progress(cfg.log_every_n_steps),
         ValidationRecord(Path(cfg.output_dir) / "validation.jsonl", monitor),
+        RunPromises(),  # a warning line when the task breaks a speed promise at run time (promises.py)
         # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
         *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
     ]
@@ -193,6 +169,7 @@ def build_trainer(
     wrap: set[type[nn.Module]] | None = None,
     logger_version: Any = None,
     task: Task | None = None,
+    resumed_step: int | None = None,
     **overrides: Any,
 ) -> L.Trainer:
     kwargs: dict[str, Any] = dict(
@@ -209,7 +186,7 @@ def build_trainer(
         gradient_clip_val=cfg.gradient_clip_val or None,
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
-        logger=build_logger(cfg, logger_version),
+        logger=build_logger(cfg, logger_version, resumed_step),
         callbacks=build_callbacks(cfg, task),
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,

@@ -11,22 +11,29 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..engine.cli import OneLineParser, fail, parse_run
-from ..engine.task import Task
-from .space import SpaceError, fixed_names, load_space
+from ..bench.task_module import load_task
+from ..engine import OneLineParser, Task, fail
+from .space import SpaceError, check_values, fixed_names, load_space
 
 PRUNERS = ("median", "hyperband", "none")
 STUDY = "sweep"  # one study per storage: the sweep directory (or the shared database) is the study
-USAGE = """Hyperparameter search on Optuna: each trial is `python train.py` with the flags after the sweep's own, the
-searched options from --space, and --output-dir SWEEP_DIR/trial-NNNN.
+USAGE = """Hyperparameter search on Optuna: each trial is `python train.py` (or, with --task, `python my_task.py`) with
+the flags after the sweep's own, the searched options from --space, and --output-dir SWEEP_DIR/trial-NNNN.
 
     python sweep.py --space configs/sweep.yaml --trials 20 --output-dir sweeps/first --max-epochs 5
+    python sweep.py --task my_task --space my_space.yaml --trials 20 --output-dir sweeps/mine --data-path /data
     python sweep.py --report sweeps/first
 """
 
 
 def parse(argv: list[str] | None, task: Task) -> tuple[Any, list[str]]:
     parser = OneLineParser(prog="sweep.py", description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument(
+        "--task",
+        metavar="MODULE",
+        help="sweep your own task instead: a module (my_task, team.my_task) or .py file whose TASK is the Task; "
+        "each trial runs that file",
+    )
     parser.add_argument("--space", help="YAML file: option -> {low, high[, log]}, {choices}, or a fixed value")
     parser.add_argument("--trials", type=int, default=20, help="finished trials the study should hold (default 20)")
     parser.add_argument("--output-dir", help="SWEEP_DIR: the study (study.db), trial-NNNN/ folders, report, plots")
@@ -79,7 +86,20 @@ def storage(url: str | None, sweep_dir: Path) -> Any:
         fail(f"--storage: cannot open {url}: {reason}")
 
 
+def peek_task(argv: list[str] | None) -> str | None:
+    """--task, read before the other options: their defaults (the metric) come from the task."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--task")
+    return peek.parse_known_args(argv)[0].task
+
+
 def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
+    """`task` trained by `script` (train.py), unless --task names another: then each trial runs that task's file."""
+    program, shown = [str(script)], f"python {script.name}"
+    given = peek_task(argv)
+    if given is not None:
+        found = load_task(given)
+        task, program, shown = found.task, found.program, found.shown
     args, rest = parse(argv, task)
     try:
         import optuna  # noqa: F401
@@ -92,14 +112,14 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
         return
     sweep_dir = Path(args.output_dir)
     try:
-        params = load_space(args.space, task.options)
+        params = load_space(args.space, task)
+        with tempfile.TemporaryDirectory() as scratch:  # nothing is written: the sweep folder is not made yet
+            check_values(params, args.space, task, rest, f"{scratch}/x")
+        clash = fixed_names(rest, task.options) & {p.name for p in params}
+        if clash:
+            raise SpaceError(f"--space: {', '.join(sorted(clash))} is both searched and fixed by a flag; leave one out")
     except SpaceError as err:
         fail(str(err))
-    clash = fixed_names(rest, task.options) & {p.name for p in params}
-    if clash:
-        fail(f"--space: {', '.join(sorted(clash))} is both searched and fixed by a flag; leave one out")
-    with tempfile.TemporaryDirectory() as scratch:  # the fixed flags, refused here as train.py would refuse them
-        parse_run([*rest, f"--output-dir={scratch}/x"], task.options, task.name)
     direction = args.direction or (task.mode if args.metric == task.monitor else None)
     if direction is None:
         fail(f"--direction: say min or max for --metric {args.metric}")
@@ -114,7 +134,8 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
         raise
     from .trials import Sweep
 
-    sweep = Sweep(study, params, rest, sweep_dir, args.trials, args.metric, script, slots, args.heartbeat_timeout)
+    timeout = args.heartbeat_timeout
+    sweep = Sweep(study, params, rest, sweep_dir, args.trials, args.metric, program, shown, slots, timeout)
     print(f"sweep: {args.trials} trials of {task.name}, {args.metric} ({study.direction.name.lower()}), {sweep_dir}")
     signum = sweep.run()
     report(study, sweep_dir, args.metric)

@@ -1,5 +1,5 @@
 """The search space: a YAML mapping of train.py options to ranges, choices or fixed values, checked against the
-options' types and checks before any trial starts.
+options' types, then each value with the fixed flags through the options' own checks, before any trial starts.
 
     lr: {low: 1.0e-4, high: 1.0e-2, log: true}   # a float option: uniform, or log-uniform with log: true
     max_epochs: {low: 2, high: 8}                # an int option: integers from low to high
@@ -19,8 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..engine.cli import converter
-from ..engine.config import Config, ConfigError
+from ..engine import Config, ConfigError, Task, converter, parse_run
 
 
 class SpaceError(ValueError):
@@ -54,8 +53,9 @@ def as_flag(name: str, value: Any) -> list[str]:
     return [f"{flag}={'none' if value is None else value}"]
 
 
-def load_space(path: str, options: type) -> list[Param]:
-    """Every key an option of Config or of the task's `options`, every value of the option's type and checks."""
+def load_space(path: str, task: Task) -> list[Param]:
+    """Every key an option of Config or of the task, every value of the option's type; `check_values` then puts each
+    value through the options' checks."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as err:
@@ -64,7 +64,9 @@ def load_space(path: str, options: type) -> list[Param]:
         raise SpaceError(f"--space: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
         raise SpaceError(f"--space: {path} must map option names to ranges, choices or values")
-    hints = {**typing.get_type_hints(Config), **typing.get_type_hints(options)}
+    hints = {**typing.get_type_hints(Config), **typing.get_type_hints(task.options)}
+    if not task.channels_last:  # the layout is an option only of a task that declares one
+        hints.pop("channels_last", None)
     reserved = ("output_dir", "resume", "config")
     params = []
     for key, spec in data.items():
@@ -74,10 +76,22 @@ def load_space(path: str, options: type) -> list[Param]:
             valid = "every train.py option but " + ", ".join(reserved) if name in reserved else "a train.py option"
             raise SpaceError(f"{where} is not {valid} (see python train.py --help)")
         params.append(_param(name, spec, hints[name], where))
-    for param in params:  # each value once through the options' own checks, as a trial would give it
-        for value in param.choices or (param.low, param.high):
-            _check(param.name, value, options, f"--space: {path}: {param.name!r}")
     return params
+
+
+def check_values(params: list[Param], path: str, task: Task, fixed: list[str], output_dir: str) -> None:
+    """The fixed flags as the trials' script parses them (a bad one exits there, in its words), then each value of
+    the space with them: a check that reads the machine (a --data-path that must exist) sees the path given, not its
+    default. A refused value blames its key, and says when it is the fixed flags it cannot go with."""
+    cfg, opts = parse_run([*fixed, f"--output-dir={output_dir}"], task)
+    for param in params:
+        for value in param.choices or (param.low, param.high):
+            owner = cfg if param.name in Config.__dataclass_fields__ else opts
+            try:
+                dataclasses.replace(owner, **{param.name: value})  # its __post_init__ again, with this value
+            except ConfigError as err:
+                others = "" if err.option == param.name else " with the fixed flags"
+                raise SpaceError(f"--space: {path}: {param.name!r}: {value!r} is refused{others}: {err}") from None
 
 
 def _param(name: str, spec: Any, hint: Any, where: str) -> Param:
@@ -109,16 +123,6 @@ def _value(value: Any, hint: Any, where: str) -> Any:
         return converter(hint)(str(value).lower() if isinstance(value, bool) else str(value))
     except argparse.ArgumentTypeError as err:
         raise SpaceError(f"{where}: {err}") from None
-
-
-def _check(name: str, value: Any, options: type, where: str) -> None:
-    owner = Config if name in Config.__dataclass_fields__ else options
-    try:
-        owner(**{name: value})
-    except ConfigError as err:
-        raise SpaceError(f"{where}: {value!r} is refused: {err}") from None
-    except TypeError:  # an options class whose other fields have no default: nothing more to check here
-        pass
 
 
 def fixed_names(argv: list[str], options: type) -> set[str]:

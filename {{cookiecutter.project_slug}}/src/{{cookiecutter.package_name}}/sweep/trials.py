@@ -1,4 +1,5 @@
-"""The trial loop: each trial a `train.py` subprocess in SWEEP_DIR/trial-NNNN, pruned by its validation record.
+"""The trial loop: each trial a `train.py` (or --task's file) subprocess in SWEEP_DIR/trial-NNNN, pruned by its
+validation record.
 
 Subprocesses, not trials in this process: a crash, an out-of-memory or a hung CUDA context ends one trial, never the
 sweep, and each trial gets the engine exactly as `python train.py` does (its signals, checkpoints and resume). Trials
@@ -21,7 +22,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..engine.checkpoints import last_path
+from ..engine import last_path
 from .space import Param, as_flag
 
 POLL_S = 0.5  # how often a running trial's validation record is read
@@ -53,14 +54,17 @@ class Sweep:
         sweep_dir: Path,
         trials: int,
         metric: str,
-        script: Path,
+        program: list[str],
+        shown: str,
         slots: list[str | None],
         heartbeat_timeout: float,
     ) -> None:
-        """`train_argv`: the fixed train.py flags; `slots`: each parallel trial's CUDA_VISIBLE_DEVICES (or None); a
-        running trial whose worker has not beaten for `heartbeat_timeout` seconds is taken as lost and continued."""
+        """`train_argv`: the fixed training flags; `program`: what follows `python` to train (train.py's path, a team's
+        my_task.py, or -m team.my_task), `shown` as a user types it; `slots`: each parallel trial's
+        CUDA_VISIBLE_DEVICES (or None); a running trial whose worker has not beaten for `heartbeat_timeout` seconds
+        is taken as lost and continued."""
         self.study, self.params, self.train_argv, self.dir = study, params, train_argv, sweep_dir
-        self.trials, self.metric, self.script, self.slots = trials, metric, script, slots
+        self.trials, self.metric, self.program, self.shown, self.slots = trials, metric, program, shown, slots
         self.timeout = heartbeat_timeout
         self.lock = threading.Lock()
         self.running: dict[int, subprocess.Popen[bytes]] = {}
@@ -158,7 +162,7 @@ class Sweep:
         out = Path(trial.user_attrs.get("output_dir") or self.dir / f"trial-{trial.number:04d}")
         flags = [*self.train_argv, *(f for name, value in values.items() for f in as_flag(name, value))]
         trial.set_user_attr("output_dir", str(out))
-        trial.set_user_attr("command", " ".join(["python", self.script.name, *flags, f"--output-dir={out}"]))
+        trial.set_user_attr("command", " ".join([self.shown, *flags, f"--output-dir={out}"]))
         trial.set_user_attr("heartbeat", time.time())
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
         again = f" (continuing trial {trial.user_attrs['resumes']})" if "resumes" in trial.user_attrs else ""
@@ -172,7 +176,7 @@ class Sweep:
         started = time.monotonic()
         with open(out / "train.log", "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, str(self.script), *flags, f"--output-dir={out}", "--resume=auto"],
+                [sys.executable, *self.program, *flags, f"--output-dir={out}", "--resume=auto"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...engine.config import Config, ConfigError
-from ...engine.task import AFRESH, RECORD, SCHEDULE, Task
+from ...engine import AFRESH, SCHEDULE, Config, ConfigError, Task, saved_record
 from .config import ImageOptions
 
 if TYPE_CHECKING:  # torch, torchvision and timm load only once the options are known to be good
-    from ...engine.hardware import Hardware
+    from ...engine import Hardware
     from .data import ImageDataModule
     from .module import ImageClassifier
 
@@ -33,7 +32,7 @@ def build_data(cfg: Config, opts: ImageOptions, hw: Hardware) -> ImageDataModule
         batch_size=cfg.batch_size,
         num_workers=hw.num_workers,
         pin_memory=hw.pin_memory,
-        channels_last=hw.channels_last,
+        channels_last=bool(hw.channels_last),
         train_samples=opts.train_samples,
         seed=cfg.seed,
         decode=hw.choices.get("decode", "cpu"),
@@ -41,7 +40,7 @@ def build_data(cfg: Config, opts: ImageOptions, hw: Hardware) -> ImageDataModule
 
 
 def build_model(cfg: Config, opts: ImageOptions, hw: Hardware, datamodule: Any) -> ImageClassifier:
-    from ...engine.guards import check_enough_data
+    from ...engine import check_enough_data
     from .module import ImageClassifier
 
     model = ImageClassifier.from_config(cfg, opts, hw, datamodule.classes)
@@ -54,7 +53,7 @@ def build_model(cfg: Config, opts: ImageOptions, hw: Hardware, datamodule: Any) 
 def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, datamodule: Any) -> list[str]:
     """The same classes in the same order, and for folders the same number of training images; for synthetic data
     the same --train-samples."""
-    record = checkpoint.get(RECORD) or {}
+    record = saved_record(checkpoint)
     if opts.data == "synthetic" and record.get("train_samples", opts.train_samples) != opts.train_samples:
         before = record["train_samples"]
         raise ConfigError(
@@ -71,10 +70,10 @@ def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, da
             f"its outputs are those classes in that order: resume with the data it was trained on, {AFRESH}",
         )
     images = len(datamodule.samples["train"][0]) if opts.data == "folder" else None
-    if images is not None and record.get("train_images", images) != images:
+    if images is not None and record.get("train_items", images) != images:
         raise ConfigError(
             "data_dir",
-            f"the checkpoint was trained with {record['train_images']} training images, not {images}; the "
+            f"the checkpoint was trained with {record['train_items']} training images, not {images}; the "
             f"epoch's order and length follow them: resume with the same images, {AFRESH}",
         )
     return []
@@ -88,6 +87,7 @@ TASK = Task(
     monitor="val/acc",
     mode="max",
     unit="images",
+    channels_last=True,  # convolutional networks: the engine converts them and their inputs to NHWC
     resolve=resolve,
     refused_on_resume={
         "model": "its weights are for that network",

@@ -20,10 +20,7 @@ from torch.utils.data import DataLoader
 
 from ...bench.harness import Clock, Setting, Spec, Timing, prepare, time_fit
 from ...bench.loaders import TIMED_BATCHES, Row, samples_per_second, worker_counts
-from ...engine.config import Config
-from ...engine.hardware import Hardware
-from ...engine.monitors import HALF
-from ...engine.trainer import build_trainer
+from ...engine import HALF, Config, Hardware, build_trainer
 from .config import ImageOptions
 from .data import ImageDataModule
 from .decoding import torchcodec_available
@@ -106,7 +103,7 @@ def run_lightning(
     cfg, opts, hw = prepared(spec, setting, output_dir)
     data: ImageDataModule
     if folder is None:
-        data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=hw.channels_last)
+        data = DeviceData(image_size=spec.image_size, batch_size=spec.batch_size, channels_last=bool(hw.channels_last))
         data.batches = DeviceBatches(spec, spec.warmup + spec.steps)
     else:
         data = ImageDataModule(
@@ -116,7 +113,7 @@ def run_lightning(
             batch_size=spec.batch_size,
             num_workers=hw.num_workers,
             pin_memory=hw.pin_memory,
-            channels_last=hw.channels_last,
+            channels_last=bool(hw.channels_last),
             decode=decode,
         )
     return time_fit(spec, cfg, hw, ImageClassifier.from_config(cfg, opts, hw, spec.classes), data)

@@ -4,9 +4,10 @@ of predict.py's and export.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ...engine.config import Config, ConfigError, check_choices, check_path, opt
+from ...engine import Config, ConfigError, check_choices, check_path, opt
 
 DATA_SOURCES = ("synthetic", "cifar10", "folder")
 DECODERS = ("auto", "cpu", "gpu")
@@ -82,7 +83,7 @@ class PredictConfig:
     precision: str = as_in_training("precision")
     compile: bool | None = as_in_training("compile")
     compile_mode: str = as_in_training("compile_mode")
-    channels_last: bool = as_in_training("channels_last")
+    channels_last: bool | None = as_in_training("channels_last")
     tf32: bool = as_in_training("tf32")
 
     def __post_init__(self) -> None:
@@ -94,6 +95,8 @@ class PredictConfig:
             check_path(name, getattr(self, name))
         if not self.output.endswith(OUTPUT_SUFFIXES):
             raise ConfigError("output", f"{self.output!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
+        if Path(self.output).is_dir():  # found now, not after every image is predicted
+            raise ConfigError("output", f"{self.output} is a folder; give a file in it, e.g. {self.output}/labels.csv")
         for name in ("top_k", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be 1 or more, got {getattr(self, name)}")

@@ -18,8 +18,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from ...engine.config import ConfigError
-from ...engine.loaders import eval_loader, train_loader
+from ...engine import ConfigError, eval_loader, train_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
 from .transforms import CROP_PCT, eval_transform, random_crop_flip, train_transform

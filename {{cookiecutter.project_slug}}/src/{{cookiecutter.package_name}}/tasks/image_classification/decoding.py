@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ...engine.config import ConfigError
+from ...engine import ConfigError
 
 NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ...engine.config import ConfigError
-from ...engine.files import OutputBusyError, discard, open_partial, publish
+from ...engine import ConfigError, OutputBusyError, discard, open_partial, publish
 from .config import ExportConfig
 from .module import ImageClassifier
 from .transforms import eval_transform
@@ -50,6 +49,15 @@ class ParityError(RuntimeError):
 
 def output_path(cfg: ExportConfig) -> Path:
     path = Path(cfg.output) if cfg.output else Path(cfg.checkpoint).with_suffix(SUFFIXES[cfg.format])
+    if path.is_dir():
+        raise ConfigError("output", f"{path} is a folder; give a file path ending in {SUFFIXES[cfg.format]}")
+    named = next((fmt for fmt, suffix in SUFFIXES.items() if path.suffix.lower() == suffix), cfg.format)
+    if named != cfg.format:  # a server picks the loader by the suffix: an ONNX file named .pt2 fails there, later
+        raise ConfigError(
+            "output",
+            f"{path.name} is named for {named}, not {cfg.format}: name it {path.stem}{SUFFIXES[cfg.format]}, "
+            f"or pass --format {named}",
+        )
     if not path.resolve().parent.is_dir():
         raise ConfigError("output", f"folder {path.resolve().parent} does not exist; create it or give another path")
     return path
@@ -134,6 +142,6 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
                 f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
             )
         publish(Path(temp), path)
-    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (stops.py): nothing half-written stays
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (engine/signals.py): nothing half-written stays
         discard(lock)
     return path, diff, bound

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from torch import nn
 
-from ...engine.module import clean_name, warmup_cosine
+from ...engine import clean_name, warmup_cosine
 
 
 def param_groups(

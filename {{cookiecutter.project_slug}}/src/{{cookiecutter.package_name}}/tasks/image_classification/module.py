@@ -12,10 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ...engine.cli import note
-from ...engine.config import Config
-from ...engine.hardware import Hardware
-from ...engine.module import EngineModule, no_decay_names, run_hparams
+from ...engine import Config, EngineModule, Hardware, no_decay_names, note, run_hparams
 from . import finetune
 from .config import ImageOptions
 from .networks import build_network, check_image_size, head_names, preprocessing
@@ -90,7 +87,7 @@ class ImageClassifier(EngineModule):
             pretrained=opts.pretrained,
             backbone_lr_scale=opts.backbone_lr_scale,
             freeze_epochs=opts.freeze_epochs,
-            channels_last=hw.channels_last,  # the DataModule's too: Lightning refuses hparams that disagree
+            channels_last=bool(hw.channels_last),  # the DataModule's too: Lightning refuses hparams that disagree
             fsdp=cfg.strategy == "fsdp",
             **run_hparams(cfg, hw),
         )
@@ -133,7 +130,7 @@ class ImageClassifier(EngineModule):
         """Float images in [0, 255], NCHW at the model's resolution; normalised here, so exports need only the model."""
         return self.net((x - self.mean) / self.std)
 
-    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+    def shared_step(self, batch: Batch, stage: str) -> Tensor:
         x, y = batch
         logits = self(x)
         loss = F.cross_entropy(logits, y)
@@ -144,15 +141,6 @@ class ImageClassifier(EngineModule):
         self.log(f"{stage}/loss", loss, on_step=train, on_epoch=not train, prog_bar=not train, sync_dist=not train)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=stage != "train")
         return loss
-
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
-
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._shared_step(batch, "test")
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Up to four groups: (head, backbone) x (decay, no decay); the backbone's only with --pretrained."""

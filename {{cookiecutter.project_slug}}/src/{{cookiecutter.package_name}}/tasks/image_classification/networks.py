@@ -17,8 +17,7 @@ import torch
 import torchvision
 from torch import nn
 
-from ...engine.cli import note
-from ...engine.config import ConfigError
+from ...engine import ConfigError, note
 from .transforms import CROP_PCT
 
 TIMM = "timm/"

@@ -16,11 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ...engine.checkpoints import check_checkpoint
-from ...engine.config import ConfigError
-from ...engine.files import OutputBusyError, open_partial, publish
-from ...engine.hardware import Hardware
-from ...engine.loaders import eval_loader
+from ...engine import ConfigError, Hardware, OutputBusyError, check_checkpoint, eval_loader, open_partial, publish
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .module import ImageClassifier
 from .sources import IMAGE_SUFFIXES, list_images

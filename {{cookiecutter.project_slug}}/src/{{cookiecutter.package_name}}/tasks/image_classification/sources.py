@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchvision.io import write_jpeg
 
-from ...engine.config import ConfigError
+from ...engine import ConfigError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what decoding.decode_rgb reads
 PHOTO_SIZE = (375, 500)  # height, width: ImageNet's typical photo; JPEG quality 90 then gives ~100 KB

@@ -17,7 +17,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
-from ...engine.config import ConfigError
+from ...engine import ConfigError
 from .networks import TIMM
 
 LIBRARY = "default"  # what a bare --pretrained means: the architecture's default pretrained weights

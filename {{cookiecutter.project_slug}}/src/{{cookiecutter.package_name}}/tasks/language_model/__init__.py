@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...engine.config import Config, ConfigError
-from ...engine.task import AFRESH, RECORD, Task
+from ...engine import AFRESH, Config, ConfigError, Task, saved_record
 from .config import LanguageOptions
 from .tokenizer import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:  # torch and Lightning load only once the options are known to be good
-    from ...engine.hardware import Hardware
+    from ...engine import Hardware
     from .data import LanguageDataModule
     from .module import LanguageModel
 
@@ -46,7 +45,7 @@ def build_data(cfg: Config, opts: LanguageOptions, hw: Hardware) -> LanguageData
 
 
 def build_model(cfg: Config, opts: LanguageOptions, hw: Hardware, datamodule: Any) -> LanguageModel:
-    from ...engine.guards import check_enough_data
+    from ...engine import check_enough_data
     from .module import LanguageModel
 
     model = LanguageModel.from_config(cfg, opts, hw, datamodule.tokenizer)
@@ -66,15 +65,15 @@ def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: LanguageOptions,
             f"the checkpoint was trained with {saved}, not {datamodule.tokenizer.name}: its embeddings are for those "
             f"tokens; resume with that tokenizer, {AFRESH}",
         )
-    record = checkpoint.get(RECORD) or {}
-    if opts.data != "synthetic" and record.get("train_images") is not None:
+    record = saved_record(checkpoint)
+    if opts.data != "synthetic" and record.get("train_items") is not None:
         datamodule.prepare_data()
         datamodule.setup("fit")
         sequences = len(datamodule.splits["train"])
-        if sequences != record["train_images"]:
+        if sequences != record["train_items"]:
             raise ConfigError(
                 "data_dir",
-                f"the checkpoint was trained on {record['train_images']} training sequences, not {sequences}; the "
+                f"the checkpoint was trained on {record['train_items']} training sequences, not {sequences}; the "
                 f"epoch's order and length follow them: resume with the same data, {AFRESH}",
             )
     return []

@@ -19,9 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ...bench.harness import Clock, Spec, Timing, prepare, time_fit
-from ...engine.config import Config
-from ...engine.hardware import Hardware
-from ...engine.module import no_decay_names, run_hparams, warmup_cosine
+from ...engine import Config, Hardware, no_decay_names, run_hparams, warmup_cosine
 from . import TASK
 from .config import SIZES
 from .gpt import GPT
@@ -107,7 +105,7 @@ class DeviceData(L.LightningDataModule):
 def run_lightning(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
     """LanguageModel through the engine's Trainer, as train.py builds it."""
     cfg = spec.config(setting, output_dir)
-    hw = prepare(cfg, fsdp2=TASK.fsdp2)
+    hw = prepare(cfg, fsdp2=TASK.fsdp2, channels_last=TASK.channels_last)
     return time_fit(
         spec, cfg, hw, spec.module(setting, cfg, hw), DeviceData(DeviceTokens(spec, spec.warmup + spec.steps)), TASK
     )
@@ -117,7 +115,7 @@ def run_plain(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
     """The same network, batches, optimizer groups, schedule, precision and compile, hand-written the way a careful
     PyTorch user would (nanoGPT's loop): no host-device synchronization inside the timed steps."""
     cfg = spec.config(setting, output_dir)
-    hw = prepare(cfg, fsdp2=TASK.fsdp2)
+    hw = prepare(cfg, fsdp2=TASK.fsdp2, channels_last=TASK.channels_last)
     device = torch.device(spec.device)
     net = spec.network(setting).to(device)
     no_decay = no_decay_names(net)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...engine.config import ConfigError, check_choices, check_path, opt
+from ...engine import ConfigError, check_choices, check_path, opt
 
 DATA_SOURCES = ("synthetic", "text", "tokens")
 # Named sizes: (layers, heads, width). GPT-2's four, and two that train in minutes on a CPU.
@@ -95,6 +95,15 @@ class GenerateOptions:
             raise ConfigError("checkpoint", "give a checkpoint to generate from, or --pretrained DIR (one of them)")
         if not self.prompt:
             raise ConfigError("prompt", "is empty; give the text to continue, e.g. --prompt 'Once upon a time'")
+        try:  # a terminal in another encoding (Latin-1) sends bytes that Python keeps as lone surrogates
+            self.prompt.encode("utf-8")
+        except UnicodeEncodeError as err:
+            byte = self.prompt[err.start].encode("utf-8", "surrogateescape").hex()
+            raise ConfigError(
+                "prompt",
+                f"is not UTF-8 text (byte 0x{byte} at character {err.start + 1}); set the terminal to UTF-8, or "
+                "pass the text in UTF-8",
+            ) from None
         if self.max_new_tokens < 1 or self.num_samples < 1:
             bad = "max_new_tokens" if self.max_new_tokens < 1 else "num_samples"
             raise ConfigError(bad, f"must be a positive integer, got {getattr(self, bad)}")

@@ -12,8 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...engine.cli import note
-from ...engine.loaders import eval_loader, train_loader
+from ...engine import eval_loader, note, train_loader
 from .shards import read_shard, text_files, text_shards, token_shards
 from .synthetic import MarkovLanguage
 from .tokenizer import Tokenizer

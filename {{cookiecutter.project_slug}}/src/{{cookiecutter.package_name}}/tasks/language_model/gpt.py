@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...engine.config import ConfigError
+from ...engine import ConfigError
 
 
 def padded(vocab_size: int) -> int:

@@ -11,10 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ...engine.cli import note
-from ...engine.config import Config, ConfigError
-from ...engine.hardware import Hardware
-from ...engine.module import EngineModule, run_hparams
+from ...engine import Config, ConfigError, EngineModule, Hardware, note, run_hparams
 from .config import LanguageOptions
 from .gpt import GPT, hf_config, load_hf_gpt2
 from .tokenizer import Tokenizer
@@ -83,7 +80,7 @@ class LanguageModel(EngineModule):
     def forward(self, idx: Tensor) -> Tensor:
         return self.net(idx)
 
-    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+    def shared_step(self, batch: Batch, stage: str) -> Tensor:
         x, y = batch
         logits = self.net(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -95,15 +92,6 @@ class LanguageModel(EngineModule):
             mean.update(loss.detach(), weight=y.numel())  # weighted by tokens: a smaller last batch counts less
             self.log(f"{stage}/loss", mean, on_step=False, on_epoch=True, prog_bar=True)
         return loss
-
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._shared_step(batch, "val")
-
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._shared_step(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
         self._log_perplexity("val")

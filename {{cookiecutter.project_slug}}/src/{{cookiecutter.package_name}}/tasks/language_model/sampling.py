@@ -12,8 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ...engine.checkpoints import check_checkpoint
-from ...engine.config import ConfigError
+from ...engine import ConfigError, check_checkpoint
 from .config import GenerateOptions
 from .gpt import GPT, LayerCache, hf_config, load_hf_gpt2
 from .module import TOKENIZER

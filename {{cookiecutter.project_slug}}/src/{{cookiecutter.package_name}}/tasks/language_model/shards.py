@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...engine.config import ConfigError
-from ...engine.files import partial_path, publish
+from ...engine import ConfigError, partial_path, publish
 from .tokenizer import Tokenizer
 
 MAGIC, HEADER = 20240520, 256
@@ -110,6 +109,13 @@ def documents(path: Path) -> Iterator[str]:
         raise ConfigError("data_dir", f"{path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
+def has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False
+
+
 def text_shards(data_dir: Path, tokenizer: Tokenizer, val_fraction: float) -> dict[str, list[Path]]:
     """--data text: the folder's shards, made now unless the manifest says they were made from these very files."""
     files = text_files(data_dir)
@@ -122,10 +128,11 @@ def text_shards(data_dir: Path, tokenizer: Tokenizer, val_fraction: float) -> di
     manifest = folder / "manifest.json"
     try:
         saved = json.loads(manifest.read_text())
-        if saved["made_from"] == made_from and all(
-            (folder / n).is_file() for ns in saved["shards"].values() for n in ns
-        ):
-            return {split: [folder / n for n in names] for split, names in saved["shards"].items()}
+        if saved["made_from"] == made_from:
+            damaged = [n for n, size in saved["bytes"].items() if not has_size(folder / n, size)]
+            if not damaged:
+                return {split: [folder / n for n in names] for split, names in saved["shards"].items()}
+            print(f"note: {folder / damaged[0]} is not the size it was written at (cut or replaced): tokenizing again")
     except (OSError, ValueError, KeyError):
         pass  # none yet, or from an older run that was killed: made again
     pieces = []
@@ -151,7 +158,8 @@ def text_shards(data_dir: Path, tokenizer: Tokenizer, val_fraction: float) -> di
             write_shard(folder / name, part[start : start + SHARD_TOKENS])
             shards[split].append(name)
     partial = partial_path(manifest, str(os.getpid()))
-    partial.write_text(json.dumps({"made_from": made_from, "shards": shards}, indent=1))
+    sizes = {n: (folder / n).stat().st_size for names in shards.values() for n in names}
+    partial.write_text(json.dumps({"made_from": made_from, "shards": shards, "bytes": sizes}, indent=1))
     publish(partial, manifest)  # last: it vouches for the shards
     print(f"tokenized {len(files)} files into {len(tokens)} tokens: {folder}", flush=True)
     return {split: [folder / n for n in names] for split, names in shards.items()}

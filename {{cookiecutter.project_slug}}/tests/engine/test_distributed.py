@@ -1,0 +1,219 @@
+"""Scaling out on one CPU machine over gloo, the toy task's ranks: DDP, two "nodes" under torchrun, SLURM requeue.
+FSDP's set-up, which needs a network of blocks, is tests/image_classification/test_distributed.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT
+
+from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
+from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
+
+RANKS = str(Path(__file__).with_name("ranks.py"))
+TIMEOUT = 240
+
+
+Launch = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def launch() -> Iterator[Launch]:
+    """Starts a command in the project root, src/ and the root importable, one thread per process on shared cores.
+
+    Each command gets its own process group, and whatever of it still runs when the test ends is killed.
+    """
+    started: list[subprocess.Popen[str]] = []
+
+    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        process = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def wait(process: subprocess.Popen[str]) -> str:
+    try:
+        return process.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no exit within {TIMEOUT} s")
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    output = wait(process)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    assert all(rank["world_size"] == world_size for rank in ranks)
+    return ranks
+
+
+def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
+    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
+    Validation metrics are reduced over all ranks, so they must agree exactly too."""
+    first, *others = ranks
+    for other in others:
+        assert first["global_step"] == other["global_step"]
+        assert first["params"].keys() == other["params"].keys()
+        for name, value in first["params"].items():
+            assert torch.equal(value, other["params"][name]), name
+        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+        assert val.keys() == {"val/loss"}
+        assert val == {k: other["metrics"][k] for k in val}
+
+
+def test_resume_auto_takes_the_newest_checkpoint_or_starts_afresh(tmp_path: Path) -> None:
+    cfg = Config(output_dir=str(tmp_path), resume="auto")
+    assert resume_path(cfg.output_dir, cfg.resume) is None
+    last, preempted = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
+    last.parent.mkdir()
+    last.touch()
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
+    preempted.touch()
+    os.utime(last, (1, 1))
+    assert resume_path(cfg.output_dir, cfg.resume) == str(preempted)
+    os.utime(preempted, (0, 0))
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"activation_checkpointing": True}, "--activation-checkpointing: only applies with --strategy fsdp"),
+        ({"fsdp_sharding": "NO_SHARD"}, "--fsdp-sharding: only applies with --strategy fsdp"),
+        ({"resume": "lats"}, "--resume: give 'auto', 'last' or the path of a .ckpt file"),
+    ],
+)
+def test_scale_out_options_are_checked_early(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(strategy="ddp", **options)  # type: ignore[arg-type]
+
+
+def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
+    launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--samples=64", "--max-epochs=2"]  # 4 steps an epoch
+    ddp = [sys.executable, RANKS, str(my_task)]
+    finish(launch([*ddp, str(tmp_path / "whole"), "0", *args, f"--output-dir={tmp_path / 'uninterrupted'}"]))
+    whole = load_ranks(tmp_path / "whole", 2)
+    assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
+    assert_ranks_agree(whole)
+
+    # killed after the periodic checkpoint of step 6, mid-epoch, all ranks at once, as by the OOM killer or a lost node
+    at = 6
+    every = f"--checkpoint-every={at}steps"
+    killed = launch([*ddp, str(tmp_path / "killed"), str(at), *args, every])
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (killed.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    paused = any(f"paused at step {at}" in line for line in killed.stdout or [])  # reads up to that line
+    watchdog.cancel()
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert paused, wait(killed)[-3000:]
+    wait(killed)  # gone, and with it its lock on the output dir
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == at
+
+    output = finish(launch([*ddp, str(tmp_path / "resumed"), "0", *args, every, "--resume=last"]))
+    assert f"Restoring states from the checkpoint path at {last}" in output
+    resumed = load_ranks(tmp_path / "resumed", 2)
+    assert resumed[0]["global_step"] == 8
+    assert_ranks_agree(resumed)
+    for name, weight in whole[0]["params"].items():
+        assert torch.equal(resumed[0]["params"][name], weight), name
+    for metric in ("train/loss", "val/loss"):
+        assert resumed[0]["metrics"][metric] == whole[0]["metrics"][metric], metric
+    # validation.jsonl (what sweep.py prunes by): one line per validation from rank 0 alone, none again on resume
+    for run in ("uninterrupted", "run"):
+        record = [json.loads(line) for line in (tmp_path / run / "validation.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/loss"] == whole[0]["metrics"]["val/loss"]
+
+
+def test_two_nodes_under_torchrun_train_as_one_job(
+    launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
+    torchrun += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test", "--max-restarts=0"]
+    cmd = [*torchrun, RANKS, str(my_task), str(tmp_path / "dump"), "0", *tiny_args, "--devices=1", "--num-nodes=2"]
+    nodes = [launch(cmd) for _ in range(2)]
+    outputs = [finish(node) for node in nodes]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
+    assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
+    hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())
+    assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes
+
+
+def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
+    launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH, and the toy task as the
+    train.py it starts."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python").write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {my_task} "$@"\n')  # `python train.py`
+    # srun: run the command in place, telling the test its pid. scontrol: note the request, then end the job the way
+    # SLURM does after a requeue (SIGKILL once the grace time is over).
+    (stubs / "srun").write_text(f'#!/bin/sh\necho $$ > {tmp_path}/train.pid\nexec "$@"\n')
+    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\nkill -KILL $PPID\n')
+    for stub in ("python", "srun", "scontrol"):
+        (stubs / stub).chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}
+    slurm |= {"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+    # 100 steps an epoch: the signal comes after the first epoch's checkpoint, long before the last step
+    job = ["bash", "scripts/slurm.sbatch", *tiny_args, "--samples=800", "--max-steps=400", "--max-epochs=100"]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    first = launch(job, env)
+    deadline = time.monotonic() + TIMEOUT
+    while not last.exists():  # after the first epoch the training loop, and Lightning's handlers, are running
+        assert first.poll() is None, first.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint from the first epoch"
+        time.sleep(0.05)
+    os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
+    output = wait(first)
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
+    saved = torch.load(tmp_path / "run" / "hpc_ckpt_1.ckpt", map_location="cpu", weights_only=False)
+    assert 100 <= saved["global_step"] < 400
+
+    output = finish(launch(job, env))
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 400

@@ -1,0 +1,57 @@
+"""Two "nodes" on one machine, started as Lightning's own multi-node set-up is: NODE_RANK, MASTER_ADDR, MASTER_PORT.
+
+A shared --output-dir is the normal case on a cluster: only the job's global rank 0 may lock it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from conftest import ROOT
+
+LAUNCHERS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_two_nodes_sharing_an_output_dir_both_train_and_exit_0(
+    my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHERS}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(free_port())
+    command = [sys.executable, str(my_task), *tiny_args, "--devices=1", "--num-nodes=2", "--strategy=ddp"]
+    command.append("--max-steps=4")
+    nodes = [  # node 1 first, as in the report: whichever node starts first used to take the lock
+        subprocess.Popen(
+            command,
+            cwd=my_task.parent,
+            env={**env, "NODE_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in (1, 0)
+    ]
+    try:
+        outputs = [node.communicate(timeout=240)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                os.killpg(node.pid, 9)
+    for node, output in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, output[-3000:]
+    assert "another run" not in "".join(outputs)
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 2  # 32 samples / (batch 8 x 2 nodes) per epoch, one epoch
+    assert len((tmp_path / "run" / "validation.jsonl").read_text().splitlines()) == 1  # from global rank 0 only

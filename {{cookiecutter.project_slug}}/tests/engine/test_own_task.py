@@ -1,0 +1,123 @@
+"""A team's own task, as the README's "Bring your own task" gives it, keeps the engine's features: run the way a user
+runs it, from the command line, with the README's own text as the program."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import ROOT
+
+from .conftest import TOY, run_toy
+
+SMALL = [*TOY, "--batch-size=32", "--samples=512", "--log-every-n-steps=4"]
+
+
+def command(program: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return [sys.executable, str(program), *args], env
+
+
+def test_the_readme_names_the_command_that_trains_it() -> None:
+    section = (ROOT / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
+    assert "python my_task.py" in section
+
+
+def test_its_options_are_flags_with_their_reasons_and_a_bad_value_is_one_line(my_task: Path, tmp_path: Path) -> None:
+    shown = run_toy(my_task, "--help")
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"--hidden HIDDEN\s+width of the two hidden layers \(default: 64\)", shown.stdout)
+    assert "--precision" in shown.stdout, "the engine's options stand beside the task's"
+    refused = run_toy(my_task, "--hidden=0", f"--output-dir={tmp_path / 'never'}")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "error: --hidden: must be a positive integer, got 0"
+    assert not (tmp_path / "never").exists(), "nothing is written for a refused run"
+
+
+def test_a_run_resolves_the_hardware_logs_throughput_and_keeps_the_lowest_val_loss(
+    my_task: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    done = run_toy(my_task, *SMALL, "--max-epochs=3", f"--output-dir={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("hardware: cpu x1 | precision=32-true compile=False")
+    with open(out / "logs" / "version_0" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert any(float(r["train/device/samples_per_sec"] or 0) > 0 for r in rows), "the throughput monitor logged"
+    val = [float(r["val/loss"]) for r in rows if r["val/loss"]]
+    assert len(val) == 3
+    (best,) = (out / "checkpoints").glob("best-*.ckpt")
+    assert best.name == f"best-epoch{val.index(min(val)):03d}-loss{min(val):.4f}.ckpt"
+    assert re.search(rf"best val/loss={min(val):.4f}  test/loss=\d\.\d+  train throughput=\d+ samples/s", done.stdout)
+
+
+def test_two_devices_run_ddp(my_task: Path, tmp_path: Path) -> None:
+    done = run_toy(my_task, *SMALL, "--devices=2", "--max-epochs=1", f"--output-dir={tmp_path / 'ddp'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("hardware: cpu x2 |")
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in done.stdout + done.stderr
+
+
+def test_sigterm_to_the_group_saves_and_resume_ends_bit_identical_to_an_uninterrupted_run(
+    my_task: Path, tmp_path: Path
+) -> None:
+    long = [*SMALL, "--samples=2048", "--batch-size=8", "--max-steps=600", "--max-epochs=1000"]
+    whole = run_toy(my_task, *long, f"--output-dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "stopped"
+    cmd, env = command(my_task, *long, f"--output-dir={out}")
+    process = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:  # the first progress line: training is under way
+        lines.append(line)
+        if " batch " in line and " step " in line:
+            break
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGTERM)  # as timeout, SLURM and a closing terminal send it: the whole group
+    lines.append(process.communicate(timeout=300)[0])
+    assert process.returncode == 128 + signal.SIGTERM, "".join(lines)[-3000:]
+    stopped_at = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert 0 < stopped_at < 600, "stopped mid-run"
+    resumed = run_toy(my_task, *long, f"--output-dir={out}", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+    want = torch.load(tmp_path / "whole" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert got["global_step"] == want["global_step"] == 600
+    for name, weight in want["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], weight), name
+
+
+def test_a_task_whose_options_shadow_the_engines_is_refused_when_it_is_written() -> None:
+    from dataclasses import dataclass
+
+    from {{ cookiecutter.package_name }}.engine import Task, opt
+
+    @dataclass
+    class Shadowing:
+        lr: float = opt(0.1, "a second --lr would silently win over the engine's")
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("a refused task is never built")
+
+    with pytest.raises(TypeError, match=r"options \['lr'\] are the engine's own"):
+        Task("shadowing", Shadowing, build_data=never, build_model=never)
+    with pytest.raises(TypeError, match="mode must be 'min' or 'max'"):
+        Task("backwards", dataclass(type("Empty", (), {})), build_data=never, build_model=never, mode="largest")

@@ -1,0 +1,43 @@
+"""`python tests/image_classification/dump_ranks.py DUMP_DIR TRAIN_ARGS...`: train.py, and every rank saves
+DUMP_DIR/rank<N>.pt.
+
+Each file holds that rank's parameters and metrics at the end of fit, so tests can check that the ranks agree. Run as a
+script because Lightning starts the other local ranks by re-running this same command line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+import train
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
+
+
+class DumpRank(L.Callback):
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        dump = {
+            "params": {name: p.detach().clone() for name, p in pl_module.named_parameters()},
+            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
+            "global_step": trainer.global_step,
+            "world_size": trainer.world_size,
+        }
+        torch.save(dump, self.folder / f"rank{trainer.global_rank}.pt")
+
+
+if __name__ == "__main__":
+    folder, build_callbacks = Path(sys.argv[1]), trainer_module.build_callbacks
+
+    def with_dump(*args: Any, **kwargs: Any) -> list[L.Callback]:
+        return [*build_callbacks(*args, **kwargs), DumpRank(folder)]
+
+    trainer_module.build_callbacks = with_dump
+    train.main(sys.argv[2:])

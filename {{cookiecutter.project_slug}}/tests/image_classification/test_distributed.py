@@ -1,0 +1,192 @@
+"""The image task scaled out: FSDP's units are its residual blocks, and under DDP each rank's share of the epoch's
+training accuracy survives a kill (the engine's DDP, torchrun and SLURM are tests/engine/test_distributed.py's)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import ROOT
+from lightning.pytorch.plugins.precision import FSDPPrecision
+from lightning.pytorch.strategies import FSDPStrategy
+from torch.distributed.fsdp import ShardingStrategy
+from torchvision.models.resnet import BasicBlock, Bottleneck
+
+from {{ cookiecutter.package_name }}.engine import hardware
+from {{ cookiecutter.package_name }}.engine.config import Config
+from {{ cookiecutter.package_name }}.engine.trainer import block_types, build_strategy
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
+
+DUMP_RANKS = str(Path(__file__).with_name("dump_ranks.py"))
+PAUSE_RANKS = str(Path(__file__).with_name("pause_ranks.py"))
+TIMEOUT = 240
+
+
+Launch = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def launch() -> Iterator[Launch]:
+    """Starts a command in the project root, src/ and the root importable, one thread per process on shared cores.
+
+    Each command gets its own process group, and whatever of it still runs when the test ends is killed.
+    """
+    started: list[subprocess.Popen[str]] = []
+
+    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        process = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def wait(process: subprocess.Popen[str]) -> str:
+    try:
+        return process.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no exit within {TIMEOUT} s")
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    output = wait(process)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    assert all(rank["world_size"] == world_size for rank in ranks)
+    return ranks
+
+
+def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
+    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
+
+    BatchNorm running statistics are left out: DDP keeps them in step only by broadcasting rank 0's at a forward.
+    Validation metrics are reduced over all ranks, so they must agree exactly too.
+    """
+    first, *others = ranks
+    for other in others:
+        assert first["global_step"] == other["global_step"]
+        assert first["params"].keys() == other["params"].keys()
+        for name, value in first["params"].items():
+            assert torch.equal(value, other["params"][name]), name
+        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+        assert val.keys() == {"val/acc", "val/loss"}
+        assert val == {k: other["metrics"][k] for k in val}
+
+
+def test_fsdp_units_are_the_residual_blocks() -> None:
+    assert block_types(build_network("resnet18", 6, 16)) == {BasicBlock}
+    assert block_types(build_network("resnet50", 6, 16)) == {Bottleneck}
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), ("32-true", torch.float32)])
+def test_fsdp_strategy_shards_each_block_checkpoints_it_and_follows_precision(
+    precision: str, dtype: torch.dtype
+) -> None:
+    cfg = Config(strategy="fsdp", fsdp_sharding="SHARD_GRAD_OP", activation_checkpointing=True, precision=precision)
+    # hardware.resolve refuses FSDP without CUDA, so resolve for CPU and swap in what a GPU would have given
+    cpu = hardware.resolve(Config(accelerator="cpu", precision="32-true", strategy="ddp"))
+    hw = dataclasses.replace(cpu, precision=precision)
+    net = build_network("resnet18", 6, 16)
+    strategy = build_strategy(cfg, hw, block_types(net))
+    assert isinstance(strategy, FSDPStrategy)
+    assert strategy.sharding_strategy is ShardingStrategy.SHARD_GRAD_OP
+    for policy in (strategy.kwargs["auto_wrap_policy"], strategy._activation_checkpointing_kwargs["auto_wrap_policy"]):
+        units = [m for m in net.modules() if policy(module=m, recurse=False, nonwrapped_numel=0)]
+        assert len(units) == 8 and all(isinstance(m, BasicBlock) for m in units)
+    strategy.precision_plugin = FSDPPrecision(hw.precision)  # type: ignore[arg-type]  # as Trainer(precision=...)
+    mixed = strategy.mixed_precision_config
+    assert mixed is not None and mixed.param_dtype == mixed.reduce_dtype == dtype
+    without = build_strategy(dataclasses.replace(cfg, activation_checkpointing=False), hw, block_types(net))
+    assert isinstance(without, FSDPStrategy) and not without._activation_checkpointing_kwargs
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP needs two CUDA GPUs; Lightning refuses it on CPU")
+def test_fsdp_on_two_gpus_trains_and_saves_a_plain_checkpoint(
+    launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    args = [*tiny_args, "--accelerator=cuda", f"--precision={precision}", "--devices=2", "--no-compile"]
+    flags = ["--strategy=fsdp", "--activation-checkpointing"]
+    finish(launch([sys.executable, DUMP_RANKS, str(tmp_path / "dump"), *args, *flags, "--max-epochs=2"]))
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 4
+    # a full (gathered) state dict with the plain module's names, so it loads without FSDP
+    plain = ImageClassifier(class_names=list("abcdef"), image_size=16)
+    assert checkpoint["state_dict"].keys() == plain.state_dict().keys()
+    ranks = load_ranks(tmp_path / "dump", 2)
+    assert ranks[0]["metrics"]["val/acc"] == ranks[1]["metrics"]["val/acc"]
+
+
+def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
+    launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """Each rank counts its own share of the epoch's accuracy until the epoch's end syncs them: every rank must get
+    its own back."""
+    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--train-samples=64", "--max-epochs=2"]  # 4 steps an epoch
+    ddp = [sys.executable, PAUSE_RANKS]
+    finish(launch([*ddp, str(tmp_path / "whole"), "0", *args, f"--output-dir={tmp_path / 'uninterrupted'}"]))
+    whole = load_ranks(tmp_path / "whole", 2)
+    assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
+    assert_ranks_agree(whole)
+    running = torch.load(tmp_path / "whole" / "running.pt", weights_only=True)
+    # a step of the last epoch after which its accuracy so far is not the whole epoch's: a run resumed from there
+    # reports the epoch's accuracy only if it counts the steps before the resume too
+    at = next((step for step in (6, 5, 7) if running[step]["train_acc"] != running[8]["train_acc"]), None)
+    assert at is not None, f"every step of the last epoch has the epoch's accuracy, so none tells: {running}"
+
+    # killed after the periodic checkpoint of that step, all ranks at once, as by the OOM killer or a lost node
+    every = f"--checkpoint-every={at}steps"
+    killed = launch([*ddp, str(tmp_path / "killed"), str(at), *args, every])
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (killed.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    paused = any(f"paused at step {at}" in line for line in killed.stdout or [])  # reads up to that line
+    watchdog.cancel()
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert paused, wait(killed)[-3000:]
+    wait(killed)  # gone, and with it its lock on the output dir
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == at
+
+    output = finish(launch([*ddp, str(tmp_path / "resumed"), "0", *args, every, "--resume=last"]))
+    assert f"Restoring states from the checkpoint path at {last}" in output
+    resumed = load_ranks(tmp_path / "resumed", 2)
+    assert resumed[0]["global_step"] == 8
+    assert_ranks_agree(resumed)
+    for name, weight in whole[0]["params"].items():
+        assert torch.equal(resumed[0]["params"][name], weight), name
+    for metric in ("train/acc", "train/loss", "val/acc", "val/loss"):
+        assert resumed[0]["metrics"][metric] == whole[0]["metrics"][metric], metric
+    # validation.jsonl (what sweep.py prunes by): one line per validation from rank 0 alone, none again on resume
+    for run in ("uninterrupted", "run"):
+        record = [json.loads(line) for line in (tmp_path / run / "validation.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/acc"] == whole[0]["metrics"]["val/acc"]

@@ -1,0 +1,173 @@
+"""The language model through its doors: train.py and generate.py as subprocesses, signals to the process group, and
+Hugging Face GPT-2 folders written by `transformers` itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import ROOT, run_script, run_train
+
+from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def first_steps(output: str) -> int:
+    return int(re.search(r"epoch 1/1 done in \d+ s, step (\d+)", output).group(1))  # type: ignore[union-attr]
+
+
+def summary(result: subprocess.CompletedProcess[str]) -> dict[str, float]:
+    line = next(x for x in result.stdout.splitlines() if x.startswith(("best ", "last ")))
+    return {k: float(v) for k, v in re.findall(r"(\S+?)=(-?[\d.]+|nan)\b", line)}
+
+
+@pytest.mark.slow(minutes=4)
+def test_cpu_quickstart_trains_to_within_0_15_nats_of_the_entropy_floor(tmp_path: Path) -> None:
+    result = run_train("--config=configs/cpu-quickstart.yaml", f"--output-dir={tmp_path}", "--logger=csv", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    numbers = summary(result)
+    print(f"val/loss={numbers['val/loss']:.4f} floor={numbers['floor']:.4f}")
+    assert numbers["val/loss"] - numbers["floor"] < 0.15
+    assert numbers["val/loss"] > numbers["floor"] - 0.02  # below the floor would mean validation leaked into training
+
+
+def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[str], tmp_path: Path) -> None:
+    # 600 steps an epoch: the stop lands well inside the second one
+    args = [*tiny_args[:-2], "--max-epochs=2", "--checkpoint-every=off", "--train-tokens=160000"]
+    whole = run_train(*args, f"--output-dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    stopped_dir = tmp_path / "stopped"
+    process = subprocess.Popen(
+        [sys.executable, "train.py", *args, f"--output-dir={stopped_dir}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if "epoch 2/2  batch " in line:  # the second epoch has started
+            os.killpg(process.pid, signal.SIGTERM)  # as `timeout` and SLURM send it: to the whole group
+            break
+    rest = process.communicate(timeout=120)[0]
+    assert process.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
+    assert "stopped by SIGTERM" in rest and "--resume last" in rest
+    resumed = run_train(*args, f"--output-dir={stopped_dir}", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before, after = (weights(d / "checkpoints" / "last.ckpt") for d in (tmp_path / "whole", stopped_dir))
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the resumed run's weights differ"
+    assert summary(resumed)["test/loss"] == summary(whole)["test/loss"]
+
+
+def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], tmp_path: Path) -> None:
+    result = run_train(*tiny_args, "--devices=2", "--strategy=ddp")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "floor=" in result.stdout and "tokens/s" in result.stdout
+    [hardware] = [line for line in result.stdout.splitlines() if line.startswith("hardware: ")]
+    assert hardware.startswith("hardware: cpu x2 |") and "channels_last" not in hardware, "a GPT declares no layout"
+    records = (tmp_path / "run" / "validation.jsonl").read_text().splitlines()
+    assert [json.loads(r)["epoch"] for r in records] == [0]
+
+
+def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
+    tiny_args: list[str], tmp_path: Path
+) -> None:
+    args = [*tiny_args, "--devices=2", "--strategy=fsdp", "--activation-checkpointing"]
+    first = run_train(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "FSDP2: 2 blocks and the rest sharded over 2 processes, activations recomputed" in first.stdout
+    resumed = run_train(*args[:-3], "--max-epochs=2", *args[-3:], "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert "epoch 2/2 done" in resumed.stdout and "epoch 1/2 done" not in resumed.stdout  # continued, not redone
+    assert saved["epoch"] == 1 and saved["global_step"] == 2 * first_steps(first.stdout)
+    assert all(type(t) is torch.Tensor for t in saved["state_dict"].values()), "one plain file, not DTensor shards"
+    generated = run_script("generate.py", "--checkpoint", str(checkpoint), "--prompt=ab", "--max-new-tokens=4")
+    assert generated.returncode == 0, generated.stderr[-3000:]
+
+
+def hf_gpt2(folder: Path, vocab_size: int = 257, positions: int = 64) -> Any:
+    """A randomly initialised transformers GPT-2, saved as Hugging Face saves one."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=64, n_layer=2, n_head=4)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def test_hugging_face_gpt2_weights_load_with_the_same_logits(tmp_path: Path) -> None:
+    reference = hf_gpt2(tmp_path / "gpt2")
+    net = GPT(vocab_size=257, layers=2, heads=4, width=64, context=64).eval()
+    load_hf_gpt2(net, tmp_path / "gpt2")
+    tokens = torch.randint(0, 257, (2, 40))
+    with torch.no_grad():
+        expected = reference(tokens).logits
+        ours = net(tokens)[..., :257]
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-4)
+    # greedy generation from the folder, through generate.py, follows Hugging Face's own greedy decoding
+    prompt = "hello"
+    with torch.no_grad():
+        hf_ids = reference.generate(
+            torch.tensor([list(prompt.encode())]), max_new_tokens=8, do_sample=False, pad_token_id=256
+        )[0, len(prompt) :].tolist()
+    out = tmp_path / "greedy.jsonl"
+    args = ["--pretrained", str(tmp_path / "gpt2"), "--tokenizer=bytes", "--prompt", prompt, "--top-k=1"]
+    result = run_script("generate.py", *args, "--max-new-tokens=8", f"--output={out}", "--accelerator=cpu")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [sample] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sample["prompt"] == prompt
+    assert sample["tokens"] == hf_ids[: len(sample["tokens"])] and len(sample["tokens"]) >= 1
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from .conftest import TINY
+
+    folder = tmp_path_factory.mktemp("trained")
+    result = run_train(*TINY, "--max-epochs=1", f"--output-dir={folder}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "checkpoints" / "last.ckpt"
+
+
+def test_generation_is_the_same_for_the_same_seed_and_greedy_with_top_k_1(trained: Path, tmp_path: Path) -> None:
+    def generate(*extra: str) -> list[dict[str, object]]:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        args = ["--checkpoint", str(trained), "--prompt", "ab", "--max-new-tokens=12", f"--output={out}", *extra]
+        result = run_script("generate.py", *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.count("--- sample") == len(out.read_text().splitlines())
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    first, again, other = (
+        generate("--seed=1", "--num-samples=3"),
+        generate("--seed=1", "--num-samples=3"),
+        generate("--seed=2", "--num-samples=3"),
+    )
+    assert first == again and first != other
+    assert {tuple(s.keys()) for s in first} == {("prompt", "text", "tokens")}
+    # greedy: each token the argmax of the whole sequence's logits, recomputed without the KV cache
+    [greedy] = generate("--top-k=1", "--temperature=0.5")
+    hparams = torch.load(trained, map_location="cpu", weights_only=True)["hyper_parameters"]
+    net = GPT(*(hparams[k] for k in ("vocab_size", "layers", "heads", "width", "positions"))).eval()
+    net.load_state_dict({k[4:]: v for k, v in weights(trained).items() if k.startswith("net.")})
+    ids = list(b"ab")
+    with torch.no_grad():
+        for _ in greedy["tokens"]:  # type: ignore[attr-defined]
+            ids.append(int(net(torch.tensor([ids]))[0, -1, :257].argmax()))
+            if ids[-1] == 256:
+                break
+    assert greedy["tokens"] == ids[2:]
