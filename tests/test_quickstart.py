@@ -14,7 +14,7 @@ from cookiecutter.main import cookiecutter
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow(minutes=9)
+@pytest.mark.slow(minutes=4)
 def test_readme_quickstart_trains_above_90_percent(tmp_path: Path) -> None:
     project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path)))
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
