@@ -9,16 +9,32 @@ files at tests/ itself import this one as `conftest` (pyproject's pythonpath has
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import TINY  # the bake's task's: tiny_args
 
 ROOT = Path(__file__).resolve().parents[1]
-__all__ = ["ROOT", "TINY", "run_script", "run_train"]
+__all__ = [
+    "ROOT",
+    "TIMEOUT",
+    "TINY",
+    "Launch",
+    "edited",
+    "finish",
+    "launch",
+    "one_error_line",
+    "run_script",
+    "run_train",
+    "wait",
+]
 
 
 @pytest.fixture
@@ -59,3 +75,68 @@ def run_script(
 def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python train.py ARGS`: the bake's task, as a user trains it."""
     return run_script("train.py", *args, timeout=timeout)
+
+
+TIMEOUT = 240  # seconds a launched process may take before its test fails as hung
+Launch = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def launch() -> Iterator[Launch]:
+    """Starts a command in the project root, src/ and the root importable, one thread per process on shared cores.
+
+    Each command gets its own process group, and whatever of it still runs when the test ends is killed.
+    """
+    started: list[subprocess.Popen[str]] = []
+
+    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        process = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def wait(process: subprocess.Popen[str]) -> str:
+    try:
+        return process.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no exit within {TIMEOUT} s")
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    output = wait(process)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def edited(real: Path, tmp: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
+    """A copy of the checkpoint `real`, changed by `edit` (in place, or by returning the new contents)."""
+    checkpoint = torch.load(real, map_location="cpu", weights_only=True)
+    path = tmp / "edited.ckpt"
+    changed = edit(checkpoint)
+    torch.save(checkpoint if changed is None else changed, path)
+    return path
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one `error:` line an entry point printed, with no traceback."""
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]

@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import readme_task
+
 ROOT = Path(__file__).resolve().parents[2]  # the project: tests/engine/ is two folders down
 SMALL = ["--accelerator=cpu", "--precision=32-true", "--num-workers=0", "--batch-size=32", "--samples=256"]
-
-
-def readme_task() -> str:
-    """The Python block under the README's "Bring your own task" heading, read now: the README is the program."""
-    section = (ROOT / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the section holds one complete Python file"
-    return blocks[0]
 
 
 @pytest.fixture(scope="module")

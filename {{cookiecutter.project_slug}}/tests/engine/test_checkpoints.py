@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import edited
 
 from .conftest import TOY, run_toy, train
 
@@ -24,14 +25,6 @@ def real_checkpoint(toy: ModuleType, tmp_path_factory: pytest.TempPathFactory) -
     out = tmp_path_factory.mktemp("real") / "run"
     train(toy, [*TOY, "--max-epochs=1", f"--output-dir={out}"])
     return out / "checkpoints" / "last.ckpt"
-
-
-def edited(real: Path, tmp: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
-    checkpoint = torch.load(real, map_location="cpu", weights_only=True)
-    path = tmp / "edited.ckpt"
-    changed = edit(checkpoint)
-    torch.save(checkpoint if changed is None else changed, path)
-    return path
 
 
 def with_hparam(key: str, value: Any) -> Callable[[dict[str, Any]], None]:

@@ -7,70 +7,21 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import TIMEOUT, Launch, finish, wait
 
 from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 
 RANKS = str(Path(__file__).with_name("ranks.py"))
-TIMEOUT = 240
-
-
-Launch = Callable[..., "subprocess.Popen[str]"]
-
-
-@pytest.fixture
-def launch() -> Iterator[Launch]:
-    """Starts a command in the project root, src/ and the root importable, one thread per process on shared cores.
-
-    Each command gets its own process group, and whatever of it still runs when the test ends is killed.
-    """
-    started: list[subprocess.Popen[str]] = []
-
-    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
-        process = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-
-
-def wait(process: subprocess.Popen[str]) -> str:
-    try:
-        return process.communicate(timeout=TIMEOUT)[0]
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"no exit within {TIMEOUT} s")
-
-
-def finish(process: subprocess.Popen[str]) -> str:
-    output = wait(process)
-    assert process.returncode == 0, output[-3000:]
-    return output
 
 
 def free_port() -> int:

@@ -13,18 +13,11 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from conftest import one_error_line
 
 from {{ cookiecutter.package_name }}.engine import Config
 
 from .conftest import run_toy, train
-
-
-def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def corrupt_checkpoint(tmp_path: Path) -> Path:

@@ -14,6 +14,8 @@ import optuna
 import pytest
 import yaml
 
+from .conftest import readme_task
+
 ROOT = Path(__file__).resolve().parents[2]  # the project: tests/engine/ is two folders down
 SMALL = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--batch-size=32"]
 SMALL += ["--samples=256", "--logger=csv", "--max-epochs=2"]
@@ -43,14 +45,6 @@ TASK = replace(REGRESSOR, options=DiskOptions)
 if __name__ == "__main__":
     run(TASK)
 """
-
-
-def readme_task() -> str:
-    """The Python block under the README's "Bring your own task" heading, read now: the README is the program."""
-    section = (ROOT / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the section holds one complete Python file"
-    return blocks[0]
 
 
 @pytest.fixture(scope="module")

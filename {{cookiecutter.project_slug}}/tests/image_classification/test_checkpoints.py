@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
+from conftest import edited
 
 import train
 
@@ -21,14 +20,6 @@ def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("real") / "run"
     train.main([*TINY, "--max-epochs=1", f"--output-dir={out}"])
     return out / "checkpoints" / "last.ckpt"
-
-
-def edited(real: Path, tmp: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
-    checkpoint = torch.load(real, map_location="cpu", weights_only=True)
-    path = tmp / "edited.ckpt"
-    changed = edit(checkpoint)
-    torch.save(checkpoint if changed is None else changed, path)
-    return path
 
 
 # Each case: how to make the file from a real checkpoint, the flags of the resuming run, what the one line says.

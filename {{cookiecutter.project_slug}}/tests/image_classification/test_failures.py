@@ -11,19 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import one_error_line
 from PIL import Image
 
 import train
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
-
-
-def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def write_images(root: Path, layout: dict[str, int]) -> Path:
