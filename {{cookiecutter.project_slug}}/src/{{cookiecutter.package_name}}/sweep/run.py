@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import signal
 import sys
@@ -154,24 +153,14 @@ def open_study(args: Any, sweep_dir: Path, direction: str) -> Any:
         "hyperband": optuna.pruners.HyperbandPruner(),
         "none": optuna.pruners.NopPruner(),
     }[args.pruner]
-    study = optuna.create_study(
+    return optuna.create_study(
         study_name=STUDY,
         storage=storage(args.storage, sweep_dir),
         load_if_exists=True,
         direction="minimize" if direction == "min" else "maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=4),
         pruner=pruner,
     )
-    # Workers of one study seeded alike would propose the very same values side by side, and a continued sweep would
-    # draw again what it drew before its stop: the seed also takes in which worker this is and the study's history.
-    seed = worker_seed(args.seed, len(study.trials))
-    study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-    return study
-
-
-def worker_seed(seed: int, trials_before: int) -> int:
-    """--seed mixed with the trials the study holds already and the worker: the SLURM array task, else the process."""
-    worker = os.environ.get("SLURM_ARRAY_TASK_ID") or f"pid{os.getpid()}"
-    return random.Random(f"{seed}/{trials_before}/{worker}").getrandbits(32)
 
 
 def load_study(url: str | None, sweep_dir: Path) -> Any:
