@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "Launch",
     "edited",
     "finish",
+    "kill_at_pause",
     "launch",
     "one_error_line",
     "run_script",
@@ -122,6 +124,18 @@ def finish(process: subprocess.Popen[str]) -> str:
     output = wait(process)
     assert process.returncode == 0, output[-3000:]
     return output
+
+
+def kill_at_pause(killed: subprocess.Popen[str], at: int) -> None:
+    """Reads a launched run's output up to "paused at step AT", then kills its whole group at once, as the OOM killer
+    or a lost node would; a run that never pauses there fails the test with its output."""
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (killed.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    paused = any(f"paused at step {at}" in line for line in killed.stdout or [])  # reads up to that line
+    watchdog.cancel()
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert paused, wait(killed)[-3000:]
+    wait(killed)  # gone, and with it its lock on the output dir
 
 
 def edited(real: Path, tmp: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:

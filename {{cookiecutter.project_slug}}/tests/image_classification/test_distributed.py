@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import TIMEOUT, Launch, finish, wait
+from conftest import Launch, finish, kill_at_pause
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import ShardingStrategy
@@ -117,14 +114,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
 
     # killed after the periodic checkpoint of that step, all ranks at once, as by the OOM killer or a lost node
     every = f"--checkpoint-every={at}steps"
-    killed = launch([*ddp, str(tmp_path / "killed"), str(at), *args, every])
-    watchdog = threading.Timer(TIMEOUT, os.killpg, (killed.pid, signal.SIGKILL))  # a hang fails instead of blocking
-    watchdog.start()
-    paused = any(f"paused at step {at}" in line for line in killed.stdout or [])  # reads up to that line
-    watchdog.cancel()
-    os.killpg(killed.pid, signal.SIGKILL)
-    assert paused, wait(killed)[-3000:]
-    wait(killed)  # gone, and with it its lock on the output dir
+    kill_at_pause(launch([*ddp, str(tmp_path / "killed"), str(at), *args, every]), at)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == at
 
