@@ -153,6 +153,15 @@ def run(task: Task, argv: list[str] | None = None) -> None:
         from .signals import ignore_while_exiting
 
         ignore_while_exiting()
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Gloo's worker threads, left to the interpreter's teardown, abort the exit now and then ("terminate called
+    without an active exception", exit -6) after a run that succeeded: leave the group while Python is whole."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @contextmanager
