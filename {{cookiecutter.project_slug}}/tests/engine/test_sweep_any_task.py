@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from optuna.storages.journal import JournalFileBackend
 
 from .conftest import readme_task
 
@@ -62,7 +64,16 @@ def sweep(team: Path, *args: str) -> subprocess.Popen[str]:
     """`python sweep.py ARGS` from the team's folder, as its members run it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / "sweep.py"), *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=team, env=env)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=team, env=env, start_new_session=True
+    )
+
+
+def drawn(storage: str) -> dict[int, float]:
+    """Each trial's lr, by trial number."""
+    backend = JournalFileBackend(storage.removeprefix("journal:"))
+    study = optuna.load_study(study_name="sweep", storage=optuna.storages.JournalStorage(backend))
+    return {t.number: t.params["lr"] for t in study.trials}
 
 
 def test_each_trial_trains_the_teams_file_with_its_values_and_the_fixed_flags(team: Path) -> None:
@@ -99,3 +110,46 @@ def test_a_bad_value_a_bad_fixed_flag_and_a_missing_task_are_one_line_each(team:
         output = process.communicate(timeout=300)[0].strip()
         assert process.returncode == 2 and output.startswith(want) and "\n" not in output, (want, output)
         assert not (team / f"refused-{i}").exists(), "nothing is made for a refused sweep"
+
+
+def test_two_workers_side_by_side_never_draw_the_same_values(team: Path) -> None:
+    """A SLURM array's tasks start together on one study: each once drew the same sequence from the same seed."""
+    storage = f"journal:{team / 'side-by-side.journal'}"
+    flags = ["--task", "my_task", "--space", "space.yaml", "--trials", "4", "--pruner", "none", "--storage", storage]
+    workers = [sweep(team, *flags, "--output-dir", "side-by-side", *SMALL, "--max-epochs=1") for _ in range(2)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    assert all(re.search(r"^trial \d+ started", output, re.M) for output in outputs), "each worker ran trials"
+    lrs = drawn(storage)
+    assert len(lrs) == 4 and len(set(lrs.values())) == 4, lrs
+
+
+def test_a_sweep_continued_after_sigterm_draws_new_values(team: Path) -> None:
+    """The rerun continues the interrupted trial with its values, then draws what it never drew before the stop."""
+    storage = f"journal:{team / 'continued.journal'}"
+    flags = ["--task", "my_task", "--space", "space.yaml", "--trials", "2", "--pruner", "none", "--storage", storage]
+    flags += ["--output-dir", "continued", *SMALL, "--max-epochs=6"]
+    first = sweep(team, *flags)
+    assert first.stdout is not None
+    started = any(line.startswith("trial 0 started") for line in first.stdout)  # reads up to that line
+    assert started, first.communicate()[0]
+    os.killpg(first.pid, signal.SIGTERM)  # as timeout, SLURM or a terminal stops the sweep and its trial
+    output = first.communicate(timeout=300)[0]
+    assert first.returncode == 128 + signal.SIGTERM, output
+    again = sweep(team, *flags)  # the same command, as the stop's message says
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert "trial 1 started (continuing trial 0)" in output, output
+    lrs = drawn(storage)
+    assert sorted(lrs) == [0, 1, 2] and lrs[1] == lrs[0] and lrs[2] != lrs[0], lrs
+
+
+def test_sweeps_started_at_once_on_a_new_sqlite_study_all_run(team: Path) -> None:
+    """Several workers creating one new database's tables at once: the losers once exited 2 blaming the storage."""
+    storage = f"sqlite:///{team / 'at-once.db'}"
+    flags = ["--task", "my_task", "--space", "space.yaml", "--trials", "1", "--pruner", "none", "--storage", storage]
+    workers = [sweep(team, *flags, "--output-dir", "at-once", *SMALL, "--max-epochs=1") for _ in range(4)]
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 4, outputs
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) == 1, outputs

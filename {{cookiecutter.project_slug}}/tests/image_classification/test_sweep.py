@@ -212,13 +212,13 @@ def test_bad_spaces_storages_and_flags_are_refused_in_one_line_before_any_trial(
         "model: {low: 1, high: 2}": "'model' is a str option: a range needs a number",
         "batch_size: {choices: [0, 8]}": "'batch_size': 0 is refused",
         "lr: {low: 1.0e-4}": "'lr': give a mapping with low and high",
-        "lr: [1, 2": " is not valid YAML",
+        "lr: 0.1\nwarmup_fraction: [0.0, 0.2": ":2:27: expected ',' or ']', but got '<stream end>' (not valid YAML)",
     }
     cases = []
     for i, (text, want) in enumerate(spaces.items()):
         (tmp_path / f"space-{i}").mkdir()
         path = space(tmp_path / f"space-{i}", text)
-        cases.append((["--space", path], f"error: --space: {path}{'' if want.startswith(' ') else ': '}{want}"))
+        cases.append((["--space", path], f"error: --space: {path}{'' if want.startswith(':') else ': '}{want}"))
     good = space(tmp_path, "lr: {low: 1.0e-4, high: 1.0e-2, log: true}\n")
     cases += [
         (["--space", tmp_path / "missing.yaml"], "error: --space: cannot read"),
@@ -232,6 +232,8 @@ def test_bad_spaces_storages_and_flags_are_refused_in_one_line_before_any_trial(
         (["--space", good, "--storage", "sqlite:////no/such/folder/s.db"], "error: --storage: cannot open sqlite"),
         (["--space", good, "--storage", "postgresql+psycopg://u@127.0.0.1:9/db"], "error: --storage: cannot open"),
         (["--report", tmp_path / "never-swept"], "error: --report: no study in"),
+        (["--space", good, "--output-dir", "/proc/sweep"], "error: --output-dir: cannot write in /proc ("),
+        (["--space", good, "--storage", "journal:/proc/study.journal"], "error: --storage: cannot write /proc/study"),
     ]
     # the case's flags last: they win over the tiny run's
     runs = [(start("--output-dir", tmp_path / f"out-{i}", *TINY, *args), want) for i, (args, want) in enumerate(cases)]
@@ -241,7 +243,7 @@ def test_bad_spaces_storages_and_flags_are_refused_in_one_line_before_any_trial(
         assert process.returncode == 2 and output.startswith(want) and "\n" not in output, (i, want, output)
         assert not (tmp_path / f"out-{i}").exists(), f"{want}: the sweep folder was left behind"
         clean += 1
-    assert clean == len(cases) == 20
+    assert clean == len(cases) == 22
 
 
 def test_without_the_sweep_extra_it_names_the_extra(tmp_path: Path) -> None:

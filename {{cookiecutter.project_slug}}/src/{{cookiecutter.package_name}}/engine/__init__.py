@@ -13,12 +13,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # Light: options, the Task, the entry point's loop, files and one-line messages import neither torch nor Lightning.
-from .cli import OneLineParser, converter, fail, note, parse_options, parse_run
+from .cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
 from .config import Config, ConfigError, check_choices, check_path, opt
 from .files import OutputBusyError, discard, open_partial, partial_path, publish, write_text
 from .quiet import set_up_warnings
 from .run import main, run
-from .rundir import last_path
+from .rundir import check_writable_dir, last_path
 from .task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports each when first used
@@ -83,6 +83,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "check_choices",
     "check_enough_data",
     "check_path",
+    "check_writable_dir",
     "clean_name",
     "converter",
     "cpus_per_device",
@@ -105,6 +106,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "partial_path",
     "peak_flops",
     "publish",
+    "read_yaml",
     "resolve_hardware",
     "run",
     "run_hparams",

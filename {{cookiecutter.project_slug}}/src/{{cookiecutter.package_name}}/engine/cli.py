@@ -96,18 +96,26 @@ def build_parser(
     return parser
 
 
+def read_yaml(path: str, option: str) -> Any:
+    """The file's YAML, safely loaded; ConfigError for --`option` with the line and column of a syntax error."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(option, f"cannot read {path}: {err.strerror or err}") from None
+    except (UnicodeDecodeError, yaml.reader.ReaderError):  # e.g. a .ckpt given by mistake
+        raise ConfigError(option, f"{path} is a binary file, not YAML; give a text file of name: value lines") from None
+    except yaml.MarkedYAMLError as err:
+        where = f"{path}:{err.problem_mark.line + 1}:{err.problem_mark.column + 1}" if err.problem_mark else path
+        raise ConfigError(option, f"{where}: {err.problem or err.context} (not valid YAML)") from None
+
+
 def load_yaml(path: str, *schemas: type, hidden: Collection[str] = ()) -> dict[str, Any]:
     """Read an options file with the safe loader; unknown keys and wrong types fail here, naming the key. `hidden`:
     options the task does not have (channels_last for a task that does not declare the layout)."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as err:
-        fail(f"--config: cannot read {path}: {err.strerror or err}")
-    except (UnicodeDecodeError, yaml.reader.ReaderError):  # e.g. a .ckpt given by mistake
-        fail(f"--config: {path} is a binary file, not YAML; give a text file of option: value lines")
-    except yaml.MarkedYAMLError as err:
-        where = f"{path}:{err.problem_mark.line + 1}:{err.problem_mark.column + 1}" if err.problem_mark else path
-        fail(f"--config: {where}: {err.problem or err.context} (not valid YAML)")
+        data = read_yaml(path, "config") or {}
+    except ConfigError as err:
+        fail(str(err))
     if not isinstance(data, dict):
         fail(f"--config: {path} must hold a mapping of option: value")
     hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}

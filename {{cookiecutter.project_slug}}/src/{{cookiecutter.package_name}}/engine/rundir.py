@@ -33,17 +33,7 @@ def last_path(output_dir: str | Path) -> Path:
 def check_output_dir(cfg: Config) -> None:
     """Refuse a path that is a file, lies under a file, or cannot be written, and one holding another run."""
     path = Path(cfg.output_dir)
-    if path.exists() and not path.is_dir():
-        raise ConfigError("output_dir", f"{path} is a file, not a directory; give a directory path")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError("output_dir", f"{path} cannot be created: {existing} is a file")
-    try:  # a real write, since permissions do not tell a read-only filesystem (or root's view) apart
-        handle, probe = tempfile.mkstemp(dir=existing, prefix=".write-test-")
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as err:
-        raise ConfigError("output_dir", f"cannot write in {existing} ({err.strerror}); choose a writable one") from None
+    check_writable_dir(path, "output_dir")
     last = last_path(path)
     preempted = sorted(path.glob("hpc_ckpt_*.ckpt"))  # SLURM's pre-emption saves: Lightning resumes them unasked
     if cfg.resume is None and (preempted or last.exists()):
@@ -51,6 +41,21 @@ def check_output_dir(cfg: Config) -> None:
         raise ConfigError(
             "output_dir", f"{path} already holds a run ({held}); continue it with {how}, or give another --output-dir"
         )
+
+
+def check_writable_dir(path: Path, option: str) -> None:
+    """A folder that is, or can be made, and written in; else ConfigError for --`option`."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(option, f"{path} is a file, not a directory; give a directory path")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(option, f"{path} cannot be created: {existing} is a file")
+    try:  # a real write, since permissions do not tell a read-only filesystem (or root's view) apart
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".write-test-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(option, f"cannot write in {existing} ({err.strerror}); choose a writable one") from None
 
 
 def _no_space(path: Path, created: list[Path], err: OSError) -> NoReturn:

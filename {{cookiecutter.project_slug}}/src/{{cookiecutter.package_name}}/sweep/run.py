@@ -8,14 +8,16 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from ..bench.task_module import load_task
-from ..engine import OneLineParser, Task, fail
+from ..engine import ConfigError, OneLineParser, Task, check_writable_dir, fail
 from .space import SpaceError, check_values, fixed_names, load_space
 
 PRUNERS = ("median", "hyperband", "none")
+CREATION_TRIES = 10  # a new database that several workers create at once: the losers wait for the winner's tables
 STUDY = "sweep"  # one study per storage: the sweep directory (or the shared database) is the study
 USAGE = """Hyperparameter search on Optuna: each trial is `python train.py` (or, with --task, `python my_task.py`) with
 the flags after the sweep's own, the searched options from --space, and --output-dir SWEEP_DIR/trial-NNNN.
@@ -47,7 +49,13 @@ def parse(argv: list[str] | None, task: Task) -> tuple[Any, list[str]]:
     )
     parser.add_argument("--parallel", type=int, default=1, help="trials at once on this machine (default 1)")
     parser.add_argument("--devices-per-trial", type=int, default=1, help="GPUs per parallel trial (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the sampler's seed: trial N draws from (seed, N), so workers sharing a study and a "
+        "continued sweep never repeat each other (default 0)",
+    )
     parser.add_argument(
         "--heartbeat-timeout",
         type=float,
@@ -75,15 +83,36 @@ def storage(url: str | None, sweep_dir: Path) -> Any:
         path = Path(url.removeprefix("journal:"))
         if not path.parent.is_dir():
             fail(f"--storage: {path.parent} does not exist; the journal file goes in an existing folder")
-        return JournalStorage(JournalFileBackend(str(path)))
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as err:  # a read-only filesystem, a journal file that cannot be written
+            fail(f"--storage: cannot write {path} ({err.strerror}); the journal goes where every worker can write")
     url = url or f"sqlite:///{sweep_dir.resolve() / 'study.db'}"
     if "://" not in url or url.split("://")[0].split("+")[0] not in ("sqlite", "postgresql", "mysql"):
         fail(f"--storage: {url!r} is not sqlite:///PATH, postgresql://..., mysql://... or journal:PATH")
-    try:
-        return RDBStorage(url)
-    except Exception as err:  # no driver (ImportError), no server, no access, a file that is not a database
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        fail(f"--storage: cannot open {url}: {reason}")
+    tries = 0
+    while True:
+        try:
+            return RDBStorage(url)
+        except Exception as err:  # no driver (ImportError), no server, no access, a file that is not a database
+            tries += 1
+            if tries < CREATION_TRIES and racing(err):
+                time.sleep(0.2 * tries)
+                continue
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            fail(f"--storage: cannot open {url}: {reason}")
+
+
+def racing(err: Exception) -> bool:
+    """Whether `err` is another worker creating the same new database's tables at this moment (two sweeps started at
+    once: "UNIQUE constraint failed: alembic_version", "table studies already exists"); tried again, the tables are
+    there."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    text = str(err)
+    return isinstance(err, IntegrityError) or (
+        isinstance(err, OperationalError) and ("already exists" in text or "database is locked" in text)
+    )
 
 
 def peek_task(argv: list[str] | None) -> str | None:
@@ -124,6 +153,10 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
     if direction is None:
         fail(f"--direction: say min or max for --metric {args.metric}")
     slots = gpu_slots(args.parallel, args.devices_per_trial)
+    try:
+        check_writable_dir(sweep_dir, "output_dir")
+    except ConfigError as err:
+        fail(str(err))
     created = not sweep_dir.exists()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -147,6 +180,8 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
 def open_study(args: Any, sweep_dir: Path, direction: str) -> Any:
     import optuna
 
+    from .sampler import TrialSeededTPE
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # sweep.py prints one line per trial itself
     pruner = {
         "median": optuna.pruners.MedianPruner(n_startup_trials=2),
@@ -158,7 +193,7 @@ def open_study(args: Any, sweep_dir: Path, direction: str) -> Any:
         storage=storage(args.storage, sweep_dir),
         load_if_exists=True,
         direction="minimize" if direction == "min" else "maximize",
-        sampler=optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=4),
+        sampler=TrialSeededTPE(args.seed),
         pruner=pruner,
     )
 

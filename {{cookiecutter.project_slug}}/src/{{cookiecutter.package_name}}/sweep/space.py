@@ -14,12 +14,9 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..engine import Config, ConfigError, Task, converter, parse_run
+from ..engine import Config, ConfigError, Task, converter, parse_run, read_yaml
 
 
 class SpaceError(ValueError):
@@ -57,11 +54,9 @@ def load_space(path: str, task: Task) -> list[Param]:
     """Every key an option of Config or of the task, every value of the option's type; `check_values` then puts each
     value through the options' checks."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise SpaceError(f"--space: cannot read {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise SpaceError(f"--space: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+        data = read_yaml(path, "space")
+    except ConfigError as err:
+        raise SpaceError(str(err)) from None
     if not isinstance(data, dict) or not data:
         raise SpaceError(f"--space: {path} must map option names to ranges, choices or values")
     hints = {**typing.get_type_hints(Config), **typing.get_type_hints(task.options)}
