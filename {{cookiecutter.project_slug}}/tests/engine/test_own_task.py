@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,37 @@ def test_two_devices_run_ddp(my_task: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("hardware: cpu x2 |")
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in done.stdout + done.stderr
+
+
+def test_two_ranks_test_an_odd_split_as_one_device_does(my_task: Path, tmp_path: Path) -> None:
+    """9 test samples on 2 ranks: Lightning's padded split counted one twice, and its mean over ranks rounded the
+    sample count 4.5 down to 4, so the same checkpoint tested on 2 ranks gave another test/loss than on one device."""
+    one = tmp_path / "one"
+    done = run_toy(my_task, *TOY, "--samples=36", "--max-epochs=1", f"--output-dir={one}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = tmp_path / "two"
+    shutil.copytree(one, two)  # the same checkpoint, tested again on 2 ranks
+    # 4 per device keeps the global batch; each rank then holds 5 or 4 samples, in 2 batches each
+    done = run_toy(
+        my_task,
+        *TOY,
+        "--samples=36",
+        "--max-epochs=1",
+        f"--output-dir={two}",
+        "--resume=last",
+        "--devices=2",
+        "--batch-size=4",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("hardware: cpu x2 |") and "DistributedSampler" not in done.stderr
+    # the copied run tests its own best checkpoint, and still knows its score
+    assert f"checkpoint path at {two / 'checkpoints' / 'best-epoch000'}" in done.stdout + done.stderr
+    assert re.search(r"^best val/loss=\d\.\d{4}  test/loss=", done.stdout, re.M), done.stdout[-2000:]
+    tested = []
+    for run in (one, two):
+        with open(run / "logs" / "version_0" / "metrics.csv") as f:
+            tested += [float(r["test/loss"]) for r in csv.DictReader(f) if r.get("test/loss")]
+    assert len(tested) == 2 and tested[1] == pytest.approx(tested[0], rel=1e-6), tested
 
 
 def test_sigterm_to_the_group_saves_and_resume_ends_bit_identical_to_an_uninterrupted_run(

@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
@@ -115,6 +115,27 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_torch_save(checkpoint, Path(path))
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, following its run when the --output-dir was moved or copied (scratch to project
+    storage, a renamed folder): Lightning restores only the old absolute best path then, so the best score was lost
+    (a TypeError after the resumed run's test) and the old folder's best checkpoint was tested, or was missing."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and old != new and Path(new, Path(state_dict.get("best_model_path") or "-").name).is_file():
+
+            def moved(path: str) -> str:
+                return str(Path(new, Path(path).name)) if path else path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": new,
+                **{k: moved(state_dict[k]) for k in ("best_model_path", "kth_best_model_path", "last_model_path")},
+                "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
 
 
 class PeriodicCheckpoint(Callback):

@@ -14,14 +14,16 @@ A task's DataModule returns `train_loader(...)` and `eval_loader(...)` from its 
 from __future__ import annotations
 
 import multiprocessing
+import warnings
 from collections.abc import Callable, Iterator, Sized
 from itertools import islice
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
+from .eval_split import EvenShards
 from .signals import ignore_stop_signals
 
 
@@ -48,8 +50,11 @@ def eval_loader(
     collate_fn: Callable[..., Any] | None = None,
     seed: int = 0,
 ) -> DataLoader[Any]:
-    """In order, every sample, the last batch smaller: validation, test and predict.py."""
-    return DataLoader(dataset, batch_size=batch_size, **_options(seed, num_workers, pin_memory, collate_fn))
+    """In order, every sample, the last batch smaller: validation, test and predict.py. Under DDP and FSDP every sample
+    is read once, on one rank (`EvenShards`): what Lightning warns of, a padded split, does not happen here."""
+    warnings.filterwarnings("ignore", r"Using `DistributedSampler` with the dataloaders\. During `trainer\.")
+    batches = EvenShards(SequentialSampler(dataset), batch_size)  # type: ignore[arg-type]
+    return DataLoader(dataset, batch_sampler=batches, **_options(seed, num_workers, pin_memory, collate_fn))
 
 
 def _options(seed: int, num_workers: int, pin_memory: bool, collate_fn: Callable[..., Any] | None) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def _fit_and_test(
     with explain_failures(cfg, trainer, datamodule, task.unit):  # a stop during the test too: its own line and code
         trainer.test(model, datamodule=datamodule, ckpt_path=tested, weights_only=True)
     metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}
-    if best is not None:
+    if best is not None and checkpoint.best_model_score is not None:  # None: resumed from another run's checkpoint
         metrics[task.monitor] = float(checkpoint.best_model_score)
     if trainer.is_global_zero:
         nan = float("nan")

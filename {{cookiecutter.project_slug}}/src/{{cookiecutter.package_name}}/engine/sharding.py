@@ -16,12 +16,13 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
 from .cli import note
+from .eval_split import ExactMeans
 
 # --fsdp-sharding under FSDP2: whether a block's gathered parameters are freed after its forward pass
 RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
 
-class FullyShard(ModelParallelStrategy):
+class FullyShard(ExactMeans, ModelParallelStrategy):
     def __init__(
         self, blocks: set[type[nn.Module]], activation_checkpointing: bool, sharding: str, world_size: int
     ) -> None:

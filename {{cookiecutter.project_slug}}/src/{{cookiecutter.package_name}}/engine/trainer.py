@@ -20,11 +20,12 @@ from lightning.pytorch.plugins.environments import (
     SLURMEnvironment,
     TorchElasticEnvironment,
 )
-from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
+from lightning.pytorch.strategies import Strategy
 from torch import nn
 
-from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint, last_path
+from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint, RunCheckpoint, last_path
 from .config import Config, ConfigError, parse_every
+from .eval_split import ExactDDP, ExactFSDP
 from .guards import FiniteLossGuard
 from .hardware import Hardware
 from .loggers import build_logger
@@ -67,7 +68,7 @@ def build_strategy(
         return FullyShard(wrap or set(), cfg.activation_checkpointing, cfg.fsdp_sharding, hw.world_size)
     if cfg.strategy == "fsdp":
         # Lightning derives FSDP's mixed-precision policy from --precision; `wrap` are the blocks sharded one by one.
-        return FSDPStrategy(
+        return ExactFSDP(
             auto_wrap_policy=wrap,
             sharding_strategy=cfg.fsdp_sharding,  # type: ignore[arg-type]  # one of FSDP_SHARDING (config.py)
             activation_checkpointing_policy=wrap if cfg.activation_checkpointing else None,
@@ -75,7 +76,7 @@ def build_strategy(
     if cfg.strategy == "ddp" or hw.world_size > 1:
         # Every parameter gets a gradient each step, so the unused-parameter search would be pure overhead;
         # gradient_as_bucket_view saves one gradient-sized copy.
-        return DDPStrategy(find_unused_parameters=False, gradient_as_bucket_view=True)
+        return ExactDDP(find_unused_parameters=False, gradient_as_bucket_view=True)
     return "auto"
 
 
@@ -126,7 +127,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
     # A terminal gets Rich's live bar; a SLURM .out file or a CI log gets plain lines it can show as they come.
     progress = LogStepProgressBar if sys.stdout.isatty() else PlainProgress
     return [
-        ModelCheckpoint(  # first, so trainer.checkpoint_callback.best_model_path is the best one
+        RunCheckpoint(  # first, so trainer.checkpoint_callback.best_model_path is the best one
             dirpath=checkpoints,
             filename="best-epoch{epoch:03d}-" + short + "{" + monitor + ":.4f}",  # e.g. best-epoch007-acc0.9350
             auto_insert_metric_name=False,
@@ -134,7 +135,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
             mode=mode,
         ),
         # last.ckpt after every epoch, improved or not: what --resume last continues from.
-        ModelCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
+        RunCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
         # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
         PeriodicCheckpoint(last_path(cfg.output_dir), every_steps, every_seconds, cfg.log_every_n_steps),
         StopOnSignal(last_path(cfg.output_dir)),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
