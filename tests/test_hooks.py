@@ -24,6 +24,7 @@ BAD_ANSWERS = [
     ({"package_name": "my-package"}, "package_name: 'my-package' is not a plain identifier"),
     ({"package_name": "café"}, "package_name: 'café' is not a plain identifier"),
     ({"project_name": "Class"}, "package_name: 'class' is a Python keyword"),
+    ({"package_name": "p" * 65}, f"package_name: '{'p' * 65}' is 65 characters; give one of at most 64"),
     ({"package_name": "json"}, "package_name: 'json' would shadow a module the project needs"),
     ({"package_name": "test"}, "package_name: 'test' would shadow a module the project needs"),
     ({"package_name": "typing"}, "package_name: 'typing' would shadow a module the project needs"),

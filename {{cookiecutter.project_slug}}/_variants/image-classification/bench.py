@@ -24,8 +24,19 @@ import lightning
 import torch
 
 from {{ cookiecutter.package_name }}.bench import any_task
-from {{ cookiecutter.package_name }}.bench.harness import Setting, Timing, interleaved_rounds, peak_flops, quiet_trainers
-from {{ cookiecutter.package_name }}.bench.report import device_name, repeat_lines, table, write_json
+from {{ cookiecutter.package_name }}.bench.harness import (
+    Setting,
+    Timing,
+    interleaved_rounds,
+    peak_flops,
+    quiet_trainers,
+)
+from {{ cookiecutter.package_name }}.bench.report import (
+    device_name,
+    repeat_lines,
+    table,
+    write_json,
+)
 from {{ cookiecutter.package_name }}.engine import (
     Config,
     ConfigError,
@@ -44,8 +55,12 @@ from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
     run_plain_predict,
     run_predict,
 )
-from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import torchcodec_available
-from {{ cookiecutter.package_name }}.tasks.image_classification.sources import write_photos
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+    torchcodec_available,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
+    write_photos,
+)
 
 # Per device: the configuration the GPU targets are quoted for, or one that finishes in seconds on a laptop CPU.
 DEFAULTS = {

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 
 from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ExportConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ExportConfig,
+)
 
 DESCRIPTION = "Export a checkpoint of train.py as one graph, checked against PyTorch. Defaults shown with reasons."
 
@@ -28,8 +30,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, ExportConfig, prog="export.py", description=DESCRIPTION)
     if cfg.format == "onnx":
         check_onnx_installed()
-    from {{ cookiecutter.package_name }}.tasks.image_classification.export import ParityError, ServingModel, export, output_path
-    from {{ cookiecutter.package_name }}.tasks.image_classification.predict import load_classifier
+    from {{ cookiecutter.package_name }}.tasks.image_classification.export import (
+        ParityError,
+        ServingModel,
+        export,
+        output_path,
+    )
+    from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
+        load_classifier,
+    )
 
     try:
         output_path(cfg)  # a bad --output answers before minutes of exporting

@@ -11,7 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import PredictConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    PredictConfig,
+)
 
 DESCRIPTION = "Label images with a checkpoint of train.py. Every default is shown with its reason."
 
@@ -39,7 +41,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         launched_as_global_zero,
         resolve_hardware,
     )
-    from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import UnreadableImageError, decode_choice
+    from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+        UnreadableImageError,
+        decode_choice,
+    )
     from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
         InputError,
         Predictor,

@@ -24,10 +24,24 @@ import lightning
 import torch
 
 from {{ cookiecutter.package_name }}.bench import any_task
-from {{ cookiecutter.package_name }}.bench.harness import interleaved_rounds, peak_flops, quiet_trainers
+from {{ cookiecutter.package_name }}.bench.harness import (
+    interleaved_rounds,
+    peak_flops,
+    quiet_trainers,
+)
 from {{ cookiecutter.package_name }}.bench.report import ratio_line, spread, write_json
-from {{ cookiecutter.package_name }}.engine import OneLineParser, device_peak, fail, set_up_warnings
-from {{ cookiecutter.package_name }}.tasks.language_model.bench import LMSetting, LMSpec, run_lightning, run_plain
+from {{ cookiecutter.package_name }}.engine import (
+    OneLineParser,
+    device_peak,
+    fail,
+    set_up_warnings,
+)
+from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
+    LMSetting,
+    LMSpec,
+    run_lightning,
+    run_plain,
+)
 from {{ cookiecutter.package_name }}.tasks.language_model.config import SIZES
 
 DEFAULTS = {

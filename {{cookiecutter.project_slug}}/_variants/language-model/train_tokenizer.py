@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, check_path, fail, opt, parse_options
+from {{ cookiecutter.package_name }}.engine import (
+    ConfigError,
+    check_path,
+    fail,
+    opt,
+    parse_options,
+)
 
 
 @dataclass
@@ -30,8 +36,13 @@ class TokenizerOptions:
 
 def main(argv: list[str] | None = None) -> None:
     opts = parse_options(argv, TokenizerOptions, prog="train_tokenizer.py", description=__doc__ or "")
-    from {{ cookiecutter.package_name }}.tasks.language_model.shards import documents, text_files
-    from {{ cookiecutter.package_name }}.tasks.language_model.tokenizer import train_bpe
+    from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
+        documents,
+        text_files,
+    )
+    from {{ cookiecutter.package_name }}.tasks.language_model.tokenizer import (
+        train_bpe,
+    )
 
     try:
         files = text_files(Path(opts.data_dir))

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from {{ cookiecutter.package_name }}.engine import parse_run
-from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError, parse_every
+from {{ cookiecutter.package_name }}.engine.config import (
+    Config,
+    ConfigError,
+    parse_every,
+)
 
 from .conftest import run_toy
 

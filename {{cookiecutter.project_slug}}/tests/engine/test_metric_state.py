@@ -6,7 +6,11 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from {{ cookiecutter.package_name }}.engine.metric_state import States, load_metric_states, metric_states
+from {{ cookiecutter.package_name }}.engine.metric_state import (
+    States,
+    load_metric_states,
+    metric_states,
+)
 
 
 class Accuracy(nn.Module):

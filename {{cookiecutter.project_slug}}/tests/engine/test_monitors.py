@@ -131,7 +131,9 @@ class TokenModel(L.LightningModule):
 
 
 def test_a_tasks_items_per_sample_are_logged_as_items_per_second(tmp_path: Path) -> None:
-    from {{ cookiecutter.package_name }}.engine.monitors import LogStepThroughputMonitor
+    from {{ cookiecutter.package_name }}.engine.monitors import (
+        LogStepThroughputMonitor,
+    )
 
     monitor = LogStepThroughputMonitor(
         lambda b: b[0].size(0), every_n_steps=2, length_fn=lambda b: b[0][:, :, 0].numel()

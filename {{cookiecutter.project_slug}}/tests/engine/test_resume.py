@@ -24,7 +24,10 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.loaders import ResumableLoader, SkippingBatchSampler
+from {{ cookiecutter.package_name }}.engine.loaders import (
+    ResumableLoader,
+    SkippingBatchSampler,
+)
 from {{ cookiecutter.package_name }}.engine.trainer import build_trainer
 
 from .conftest import train

@@ -21,7 +21,13 @@ import torch
 import yaml
 
 from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.resume_changes import FREE, GLOBAL_BATCH, HONOURED, OWN_CHECK, REFUSED
+from {{ cookiecutter.package_name }}.engine.resume_changes import (
+    FREE,
+    GLOBAL_BATCH,
+    HONOURED,
+    OWN_CHECK,
+    REFUSED,
+)
 
 from .conftest import TOY, run_toy, train
 

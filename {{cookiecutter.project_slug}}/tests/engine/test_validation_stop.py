@@ -50,7 +50,8 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     script = tmp_path / "signals_itself.py"
-    script.write_text(SIGNALS_ITSELF.format(package="{{ cookiecutter.package_name }}", program=str(my_task)))
+    package = "{{ cookiecutter.package_name }}"
+    script.write_text(SIGNALS_ITSELF.format(package=package, program=str(my_task)))
     stopped = run_toy(script, *args, f"--output-dir={tmp_path / 'stopped'}", new_session=True)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert list((tmp_path / "stopped" / "checkpoints").glob("best-epoch000-*.ckpt")), "the first validation finished"

@@ -16,7 +16,10 @@ from conftest import ROOT
 import bench
 import train
 from {{ cookiecutter.package_name }}.bench.report import compare, ratio_line
-from {{ cookiecutter.package_name }}.tasks.image_classification.sources import SHAPES, write_photos
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
+    SHAPES,
+    write_photos,
+)
 
 TINY = ["--device=cpu", "--model=resnet18", "--image-size=16", "--batch-size=8", "--warmup=1", "--steps=2"]
 

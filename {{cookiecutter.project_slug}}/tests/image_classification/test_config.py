@@ -7,7 +7,11 @@ import pytest
 from conftest import run_train
 
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ExportConfig, ImageOptions, PredictConfig
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ExportConfig,
+    ImageOptions,
+    PredictConfig,
+)
 
 
 def test_channels_last_defaults_to_the_answer_given_when_the_project_was_generated() -> None:

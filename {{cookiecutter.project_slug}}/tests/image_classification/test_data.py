@@ -9,8 +9,14 @@ import torch
 from PIL import Image
 
 from {{ cookiecutter.package_name }}.engine.config import ConfigError
-from {{ cookiecutter.package_name }}.tasks.image_classification.data import SHAPES, ImageDataModule, make_shapes
-from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import random_crop_flip
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import (
+    SHAPES,
+    ImageDataModule,
+    make_shapes,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import (
+    random_crop_flip,
+)
 
 
 def test_synthetic_images_are_uint8_deterministic_and_cover_every_class() -> None:

@@ -20,8 +20,12 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.config import Config
 from {{ cookiecutter.package_name }}.engine.trainer import block_types, build_strategy
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
-from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import (
+    build_network,
+)
 
 DUMP_RANKS = str(Path(__file__).with_name("dump_ranks.py"))
 PAUSE_RANKS = str(Path(__file__).with_name("pause_ranks.py"))

@@ -14,8 +14,12 @@ from torch import Tensor
 from torchvision.io import decode_image
 
 import export
-from {{ cookiecutter.package_name }}.tasks.image_classification.export import ServingModel
-from {{ cookiecutter.package_name }}.tasks.image_classification.predict import load_classifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.export import (
+    ServingModel,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
+    load_classifier,
+)
 
 from .trained_model import run_python, trained_checkpoint
 

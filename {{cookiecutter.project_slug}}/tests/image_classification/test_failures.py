@@ -15,8 +15,12 @@ from conftest import one_error_line
 from PIL import Image
 
 import train
-from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import (
+    ImageDataModule,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
 
 
 def write_images(root: Path, layout: dict[str, int]) -> Path:

@@ -18,9 +18,15 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from {{ cookiecutter.package_name }}.engine.config import Config
 from {{ cookiecutter.package_name }}.engine.hardware import Hardware
 from {{ cookiecutter.package_name }}.engine.trainer import block_types
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
-from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ImageOptions,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import (
+    ImageDataModule,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
 
 GPU_LIKE = Hardware(
     accelerator="cuda",

@@ -14,8 +14,12 @@ from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.engine.cli import parse_run
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
-from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import decode_choice
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ImageOptions,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+    decode_choice,
+)
 
 CPU = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]  # pinned: a bake may default to fsdp or fp16
 

@@ -9,9 +9,15 @@ from torch import nn
 import train
 from {{ cookiecutter.package_name }}.engine.config import ConfigError
 from {{ cookiecutter.package_name }}.engine.trainer import block_types
-from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import schedules
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
-from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
+from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import (
+    schedules,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import (
+    build_network,
+)
 
 SHAPES = ["circle", "square", "triangle", "cross", "ring", "diamond"]
 

@@ -18,8 +18,12 @@ from torchvision.io import decode_image, encode_jpeg
 import predict
 from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.tasks.image_classification import decoding
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import PredictConfig
-from {{ cookiecutter.package_name }}.tasks.image_classification.images import is_encoded
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    PredictConfig,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.images import (
+    is_encoded,
+)
 from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
     REQUIRED_HPARAMS,
     Predictor,

@@ -11,8 +11,12 @@ from torch import nn
 
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.engine.hardware import Hardware
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ImageOptions,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
 
 from .conftest import imagenet_like_resnet18
 

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import train
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:

@@ -21,7 +21,9 @@ from conftest import ROOT, run_train
 from PIL import Image
 
 from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
-from {{ cookiecutter.package_name }}.tasks.image_classification.config import ImageOptions
+from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
+    ImageOptions,
+)
 
 # 64 training images in batches of 4, two per step: 16 batches and 8 optimizer steps an epoch
 STEPS_PER_EPOCH = 8

@@ -22,7 +22,12 @@ from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import 
     decode_rgb,
     gpu_decodable,
 )
-from {{ cookiecutter.package_name }}.tasks.image_classification.images import collate_bytes, decode_encoded, limit_size, pad_images
+from {{ cookiecutter.package_name }}.tasks.image_classification.images import (
+    collate_bytes,
+    decode_encoded,
+    limit_size,
+    pad_images,
+)
 from {{ cookiecutter.package_name }}.tasks.image_classification.transforms import (
     crop_resize,
     eval_transform,
@@ -180,7 +185,9 @@ def test_a_bytes_batch_decodes_to_what_the_workers_give_filling_or_dropping_what
 
 
 def test_the_bytes_of_a_file_read_as_a_tensor(tmp_path: Path) -> None:
-    from {{ cookiecutter.package_name }}.tasks.image_classification.images import read_bytes
+    from {{ cookiecutter.package_name }}.tasks.image_classification.images import (
+        read_bytes,
+    )
 
     (tmp_path / "x.bin").write_bytes(b"\x01\x02\xff")
     (tmp_path / "empty.jpg").write_bytes(b"")

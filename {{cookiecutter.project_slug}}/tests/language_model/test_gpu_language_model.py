@@ -19,10 +19,20 @@ from torch.profiler import ProfilerActivity, profile
 from {{ cookiecutter.package_name }}.engine.config import Config
 from {{ cookiecutter.package_name }}.engine.hardware import resolve
 from {{ cookiecutter.package_name }}.engine.trainer import build_trainer
-from {{ cookiecutter.package_name }}.tasks.language_model import TASK, build_data, build_model
-from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions, LanguageOptions
+from {{ cookiecutter.package_name }}.tasks.language_model import (
+    TASK,
+    build_data,
+    build_model,
+)
+from {{ cookiecutter.package_name }}.tasks.language_model.config import (
+    GenerateOptions,
+    LanguageOptions,
+)
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT
-from {{ cookiecutter.package_name }}.tasks.language_model.sampling import load_checkpoint, sample
+from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
+    load_checkpoint,
+    sample,
+)
 
 from .conftest import TINY
 

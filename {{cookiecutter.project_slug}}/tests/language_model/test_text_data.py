@@ -11,8 +11,13 @@ import pytest
 from conftest import run_script, run_train
 
 from {{ cookiecutter.package_name }}.tasks.language_model.data import PackedSequences
-from {{ cookiecutter.package_name }}.tasks.language_model.shards import MAGIC, read_shard
-from {{ cookiecutter.package_name }}.tasks.language_model.synthetic import MarkovLanguage
+from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
+    MAGIC,
+    read_shard,
+)
+from {{ cookiecutter.package_name }}.tasks.language_model.synthetic import (
+    MarkovLanguage,
+)
 from {{ cookiecutter.package_name }}.tasks.language_model.tokenizer import Tokenizer
 
 from .conftest import TINY

@@ -20,8 +20,12 @@ from torch import nn
 
 import train
 from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
-from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import torchcodec_available
-from {{ cookiecutter.package_name }}.tasks.image_classification.module import ImageClassifier
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+    torchcodec_available,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
+    ImageClassifier,
+)
 
 GPUS = torch.cuda.device_count()
 NEEDS_TORCHCODEC = pytest.mark.skipif(

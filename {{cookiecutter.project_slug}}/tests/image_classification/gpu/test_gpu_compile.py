@@ -16,7 +16,9 @@ import torch
 from torch import Tensor, nn
 from torch._dynamo.utils import counters
 
-from {{ cookiecutter.package_name }}.tasks.image_classification.networks import build_network
+from {{ cookiecutter.package_name }}.tasks.image_classification.networks import (
+    build_network,
+)
 
 from .probes import CPU_AND_GPU, fit, network
 

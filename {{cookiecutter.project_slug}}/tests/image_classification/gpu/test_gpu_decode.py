@@ -12,10 +12,20 @@ import pytest
 import torch
 
 import train
-from {{ cookiecutter.package_name }}.tasks.image_classification.data import ImageDataModule
-from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import decode_each, decode_rgb
-from {{ cookiecutter.package_name }}.tasks.image_classification.images import ImageFiles
-from {{ cookiecutter.package_name }}.tasks.image_classification.sources import photo, write_photos
+from {{ cookiecutter.package_name }}.tasks.image_classification.data import (
+    ImageDataModule,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+    decode_each,
+    decode_rgb,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.images import (
+    ImageFiles,
+)
+from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
+    photo,
+    write_photos,
+)
 
 from .probes import GPU, NEEDS_TORCHCODEC
 
