@@ -1,6 +1,6 @@
 """A resumed run logs on in the logger run it continues, keeping every row logged before the stop: stopped by SIGTERM
-to its process group and resumed, a CSV-logged run's metrics.csv has each step's row once, the uninterrupted run's
-rows exactly. A routine resume prints none of Lightning's "directory exists and is not empty" warnings."""
+to its process group and resumed, a CSV- or TensorBoard-logged run shows each step's values once, the uninterrupted
+run's exactly. A routine resume prints none of Lightning's "directory exists and is not empty" warnings."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import csv
 import signal
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .conftest import TOY, run_toy
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
@@ -18,31 +22,44 @@ ARGS = [*TOY, "--samples=4096", "--max-epochs=2"]
 PER_PROCESS = ("per_sec", "time", "train/batches", "train/samples")
 
 
-def rows(output_dir: Path) -> list[dict[str, str]]:
-    with open(output_dir / "logs" / "version_0" / "metrics.csv", newline="") as file:
+def rows(output_dir: Path, logger: str) -> list[Any]:
+    """CSV: metrics.csv's rows; TensorBoard: (tag, step, value) of every scalar as TensorBoard shows it, which reads
+    every event file of the version and hides what a purge step (the resumed run's start) says was logged again."""
+    version = output_dir / "logs" / "version_0"
+    if logger == "tensorboard":
+        events = EventAccumulator(str(version), size_guidance={"scalars": 0})
+        events.Reload()
+        tags = sorted(t for t in events.Tags()["scalars"] if not any(p in t for p in PER_PROCESS))
+        return [(tag, e.step, e.value) for tag in tags for e in events.Scalars(tag)]
+    with open(version / "metrics.csv", newline="") as file:
         return [{k: v for k, v in row.items() if not any(t in k for t in PER_PROCESS)} for row in csv.DictReader(file)]
 
 
-def test_a_csv_logged_run_stopped_and_resumed_has_every_steps_row_once(
+@pytest.mark.parametrize("logger", ["csv", "tensorboard"])
+def test_a_run_stopped_and_resumed_logs_every_step_once(
     my_task: Path,
     runs: list[Run],  # noqa: F811  # the fixture imported above
     tmp_path: Path,
+    logger: str,
 ) -> None:
-    whole = run_toy(my_task, *ARGS, f"--output-dir={tmp_path / 'whole'}")
+    whole = run_toy(my_task, *ARGS, f"--logger={logger}", f"--output-dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "stopped"
-    run = Run(my_task, *ARGS, f"--output-dir={out}")
+    run = Run(my_task, *ARGS, f"--logger={logger}", f"--output-dir={out}")
     runs.append(run)
     run.wait_for("epoch 1/2  batch 1/512")
     time.sleep(0.5)  # some rows later: mid-epoch, or in the second epoch
     run.signal_group(signal.SIGTERM)
     code, output = run.finish()
     assert code == 128 + signal.SIGTERM, output[-3000:]
-    before = rows(out)
-    assert 0 < len(before) < len(rows(tmp_path / "whole")), "the stopped run had logged part of the rows"
-    resumed = run_toy(my_task, *ARGS, f"--output-dir={out}", "--resume=last")
+    before = rows(out, logger)
+    assert 0 < len(before) < len(rows(tmp_path / "whole", logger)), "the stopped run had logged part of the rows"
+    resumed = run_toy(my_task, *ARGS, f"--logger={logger}", f"--output-dir={out}", "--resume=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "exists and is not empty" not in resumed.stdout + resumed.stderr
-    got, want = rows(out), rows(tmp_path / "whole")
-    assert [r["step"] for r in got] == [r["step"] for r in want], "each step's rows once, in order"
+    got, want = rows(out, logger), rows(tmp_path / "whole", logger)
+    if logger == "tensorboard":
+        assert len(list((out / "logs" / "version_0").glob("events.out.tfevents.*"))) >= 2, "both runs' event files"
+    else:
+        assert [r["step"] for r in got] == [r["step"] for r in want], "each step's rows once, in order"
     assert got == want

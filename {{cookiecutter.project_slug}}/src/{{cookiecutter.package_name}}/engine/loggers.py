@@ -1,5 +1,6 @@
 """The experiment trackers, every one selectable by --logger: a resumed run logs on in the run it continues, keeping
-what that run logged before its checkpoint. The optional trackers' packages are imported only when chosen."""
+what that run logged before its checkpoint (CSV and TensorBoard drop what it logged after, which is logged again).
+The optional trackers' packages are imported only when chosen."""
 
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ def build_logger(cfg: Config, version: Any = None, resumed_step: int | None = No
         from lightning.pytorch.loggers import MLFlowLogger
 
         return MLFlowLogger(experiment_name=project, save_dir=str(Path(save_dir) / "mlruns"), run_id=version)
-    return TensorBoardLogger(save_dir, name="", version=version)
+    # purge_step: TensorBoard hides what the stopped run logged from the resumed step on, which the resumed run logs
+    # again, and keeps everything before it
+    purge: dict[str, Any] = {"purge_step": resumed_step} if version is not None and resumed_step is not None else {}
+    # no hp_metric: a -1 placeholder at step 0, logged again by every resumed run
+    return TensorBoardLogger(save_dir, name="", version=version, default_hp_metric=False, **purge)
 
 
 class ContinuedCSVLogger(CSVLogger):
