@@ -35,31 +35,41 @@ def rows(output_dir: Path, logger: str) -> list[Any]:
         return [{k: v for k, v in row.items() if not any(t in k for t in PER_PROCESS)} for row in csv.DictReader(file)]
 
 
-@pytest.mark.parametrize("logger", ["csv", "tensorboard"])
+@pytest.mark.parametrize(
+    ("logger", "stop"),
+    [
+        ("csv", signal.SIGTERM),  # saved at the stop: the resumed run starts where the logs end
+        # killed some steps after a save (every 100 steps, and at the epoch's end): the resumed run logs them again
+        ("tensorboard", signal.SIGKILL),
+    ],
+)
 def test_a_run_stopped_and_resumed_logs_every_step_once(
     my_task: Path,
     runs: list[Run],  # noqa: F811  # the fixture imported above
     tmp_path: Path,
     logger: str,
+    stop: int,
 ) -> None:
-    whole = run_toy(my_task, *ARGS, f"--logger={logger}", f"--output-dir={tmp_path / 'whole'}")
+    args = [*ARGS, f"--logger={logger}", "--checkpoint-every=100steps"]
+    whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "stopped"
-    run = Run(my_task, *ARGS, f"--logger={logger}", f"--output-dir={out}")
+    run = Run(my_task, *args, f"--output-dir={out}")
     runs.append(run)
-    run.wait_for("epoch 1/2  batch 1/512")
-    time.sleep(0.5)  # some rows later: mid-epoch, or in the second epoch
-    run.signal_group(signal.SIGTERM)
+    run.wait_for("epoch 2/2  batch 1/512")
+    time.sleep(0.5)  # some rows later, in the second epoch
+    run.signal_group(stop)
     code, output = run.finish()
-    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert code == (128 + stop if stop == signal.SIGTERM else -stop), output[-3000:]
     before = rows(out, logger)
     assert 0 < len(before) < len(rows(tmp_path / "whole", logger)), "the stopped run had logged part of the rows"
-    resumed = run_toy(my_task, *ARGS, f"--logger={logger}", f"--output-dir={out}", "--resume=last")
+    resumed = run_toy(my_task, *args, f"--output-dir={out}", "--resume=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "exists and is not empty" not in resumed.stdout + resumed.stderr
     got, want = rows(out, logger), rows(tmp_path / "whole", logger)
     if logger == "tensorboard":
-        assert len(list((out / "logs" / "version_0").glob("events.out.tfevents.*"))) >= 2, "both runs' event files"
+        files = [len(list((o / "logs" / "version_0").glob("events.out.tfevents.*"))) for o in (out, tmp_path / "whole")]
+        assert files[0] > files[1], "the stopped run's event files are kept beside the resumed run's"
     else:
         assert [r["step"] for r in got] == [r["step"] for r in want], "each step's rows once, in order"
     assert got == want
