@@ -1,11 +1,13 @@
-"""A resumed run logs on in the logger run it continues, keeping every row logged before the stop: stopped by SIGTERM
-to its process group and resumed, a CSV- or TensorBoard-logged run shows each step's values once, the uninterrupted
-run's exactly. A routine resume prints none of Lightning's "directory exists and is not empty" warnings."""
+"""A resumed run logs on in the logger run it continues, keeping every row logged before the stop: stopped (SIGTERM to
+its process group, or kill -9) and resumed, a CSV-, TensorBoard- or MLflow-logged run shows each step's values once,
+the uninterrupted run's exactly; a W&B run resumed offline continues its run id and keeps its first part. A routine
+resume prints none of Lightning's "directory exists and is not empty" warnings."""
 
 from __future__ import annotations
 
 import csv
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,10 @@ def rows(output_dir: Path, logger: str) -> list[Any]:
     """CSV: metrics.csv's rows; TensorBoard: (tag, step, value) of every scalar as TensorBoard shows it, which reads
     every event file of the version and hides what a purge step (the resumed run's start) says was logged again."""
     version = output_dir / "logs" / "version_0"
+    if logger == "mlflow":  # its SQLite store, one run: every value of every metric, as MLflow's history keeps it
+        with sqlite3.connect(output_dir / "logs" / "mlflow.db") as db:
+            found = db.execute("SELECT key, step, value FROM metrics ORDER BY key, timestamp, step").fetchall()
+        return [row for row in found if not any(p in row[0] for p in PER_PROCESS)]
     if logger == "tensorboard":
         events = EventAccumulator(str(version), size_guidance={"scalars": 0})
         events.Reload()
@@ -41,6 +47,7 @@ def rows(output_dir: Path, logger: str) -> list[Any]:
         ("csv", signal.SIGTERM),  # saved at the stop: the resumed run starts where the logs end
         # killed some steps after a save (every 100 steps, and at the epoch's end): the resumed run logs them again
         ("tensorboard", signal.SIGKILL),
+        ("mlflow", signal.SIGTERM),  # its local store; a tracking server keeps the same history
     ],
 )
 def test_a_run_stopped_and_resumed_logs_every_step_once(
@@ -50,6 +57,8 @@ def test_a_run_stopped_and_resumed_logs_every_step_once(
     logger: str,
     stop: int,
 ) -> None:
+    if logger == "mlflow":
+        pytest.importorskip("mlflow", reason="--logger mlflow's package is not installed here")
     args = [*ARGS, f"--logger={logger}", "--checkpoint-every=100steps"]
     whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -70,6 +79,25 @@ def test_a_run_stopped_and_resumed_logs_every_step_once(
     if logger == "tensorboard":
         files = [len(list((o / "logs" / "version_0").glob("events.out.tfevents.*"))) for o in (out, tmp_path / "whole")]
         assert files[0] > files[1], "the stopped run's event files are kept beside the resumed run's"
-    else:
+    elif logger == "csv":
         assert [r["step"] for r in got] == [r["step"] for r in want], "each step's rows once, in order"
     assert got == want
+
+
+def test_a_wandb_run_resumed_offline_continues_its_run_and_keeps_what_it_logged(my_task: Path, tmp_path: Path) -> None:
+    """Offline, as on a cluster without internet: the resumed run writes the same run id beside the first part, which
+    it leaves as it was; `wandb sync` uploads both into one run."""
+    pytest.importorskip("wandb", reason="--logger wandb's package is not installed here")
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    out = tmp_path / "run"
+    args = [*TOY, "--logger=wandb", f"--output-dir={out}"]
+    first = run_toy(my_task, *args, "--max-epochs=1", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (part,) = (out / "logs" / "wandb").glob("offline-run-*")
+    logged = {path: path.read_bytes() for path in part.glob("*.wandb")}
+    assert logged and all(logged.values()), "the first part logged to its run file"
+    resumed = run_toy(my_task, *args, "--max-epochs=2", "--resume=last", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    parts = sorted((out / "logs" / "wandb").glob("offline-run-*"))
+    assert len(parts) == 2 and len({p.name.rsplit("-", 1)[1] for p in parts}) == 1, parts  # one run id
+    assert {path: path.read_bytes() for path in logged} == logged, "the first part is kept as it was"

@@ -1,6 +1,6 @@
 """predict.py and export.py stopped as a terminal, `timeout` or a scheduler stops them (the signal to the whole process
-group) end at once with 128 + the signal and leave nothing behind; one killed outright leaves one partial file, which
-the next run takes over; and two runs never write one output at the same time."""
+group) end at once with 128 + the signal and leave nothing behind, killed outright too; a partial file that a crash
+left is taken over by the next run; and two runs never write one output at the same time."""
 
 from __future__ import annotations
 
@@ -66,6 +66,23 @@ def test_predict_stopped_by_a_signal_to_its_group_exits_128_plus_it_and_writes_n
         == f"predict.py: stopped by {name}; no output written, run the same command again"
     )
     assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many"], "no output, no partial file"
+
+
+def test_predict_killed_outright_leaves_no_partial_file(trained: tuple[Path, Held], tmp_path: Path) -> None:
+    """SIGKILL to the group, as `timeout -s KILL` or a scheduler's hard kill sends it: nothing of it can run after."""
+    checkpoint, held = trained
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(2000):
+        os.link(held[i % len(held)][0], many / f"{i:04d}.png")
+    output = tmp_path / "predictions.csv"
+    args = [f"--checkpoint={checkpoint}", str(many), f"--output={output}", "--batch-size=1", *CPU]
+    result = stopped_once_writing("predict.py", args, tmp_path / ".predictions.csv.partial", signal.SIGKILL, then=3)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    deadline = time.monotonic() + 10
+    while len(list(tmp_path.iterdir())) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["many"], "no output, no partial file"
 
 

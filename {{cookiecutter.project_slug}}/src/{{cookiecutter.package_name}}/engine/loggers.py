@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.utilities import rank_zero_only
 
 from .config import Config
 from .files import write_text
@@ -29,9 +30,11 @@ def build_logger(cfg: Config, version: Any = None, resumed_step: int | None = No
 
         return WandbLogger(save_dir=save_dir, project=project, version=version)
     if cfg.logger == "mlflow":
-        from lightning.pytorch.loggers import MLFlowLogger
-
-        return MLFlowLogger(experiment_name=project, save_dir=str(Path(save_dir) / "mlruns"), run_id=version)
+        # A tracking server where MLFLOW_TRACKING_URI names one; else a SQLite store in the run (MLflow 3 refuses to
+        # start new work in its older ./mlruns folder store)
+        store = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(save_dir).resolve() / 'mlflow.db'}"
+        artifacts = (Path(save_dir) / "mlartifacts").resolve().as_uri()
+        return ContinuedMLFlowLogger(project, tracking_uri=store, run_id=version, artifact_location=artifacts)
     # purge_step: TensorBoard hides what the stopped run logged from the resumed step on, which the resumed run logs
     # again, and keeps everything before it
     purge: dict[str, Any] = {"purge_step": resumed_step} if version is not None and resumed_step is not None else {}
@@ -74,3 +77,14 @@ class ContinuedWriter(ExperimentWriter):
         writer.writeheader()
         writer.writerows(kept)
         write_text(path, text.getvalue())
+
+
+class ContinuedMLFlowLogger(MLFlowLogger):
+    """MLflow refuses a param logged again with another value, so a resumed run whose options changed where a resume
+    allows it (a new batch split; run.py prints each change) crashed at its start. The run keeps the params it was
+    started with."""
+
+    @rank_zero_only  # the other ranks' experiment is a stand-in that holds no run
+    def log_hyperparams(self, params: dict[str, Any] | Any) -> None:
+        held = self.experiment.get_run(self.run_id).data.params if self.run_id else {}
+        super().log_hyperparams({k: v for k, v in dict(params).items() if k not in held})

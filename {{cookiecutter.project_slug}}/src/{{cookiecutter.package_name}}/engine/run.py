@@ -96,8 +96,11 @@ def _fit_and_test(
         options = {k: v for k, v in {**asdict(cfg), **asdict(opts)}.items() if k not in hidden}
         save_yaml(options, Path(cfg.output_dir) / "config.yaml")
         global_batch = cfg.batch_size * hw.world_size * cfg.accumulate_grad_batches
+        # what Lightning logs itself from the model's and the data's hparams is left to it: MLflow refuses a second
+        # value for a param (compile: None as an option, False as the model's)
+        own = {k: v for k, v in options.items() if k not in {**datamodule.hparams, **model.hparams}}
         for logger in trainer.loggers:
-            logger.log_hyperparams({**options, "global_batch_size": global_batch, "resolved": hw.summary()})
+            logger.log_hyperparams({**own, "global_batch_size": global_batch, "resolved": hw.summary()})
 
     with explain_failures(cfg, trainer, datamodule, task.unit):  # nan loss, out of memory, Ctrl-C: one line
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)

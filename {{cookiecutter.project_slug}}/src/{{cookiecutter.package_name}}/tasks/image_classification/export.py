@@ -128,7 +128,7 @@ def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float
     with torch.no_grad():
         expected = [serving(b) for b in checks]
     try:
-        lock = open_partial(path.resolve(), SUFFIXES[cfg.format])  # the exporters want their own suffix
+        lock = open_partial(path.resolve(), SUFFIXES[cfg.format], watched=True)  # exporters want their suffix
     except OutputBusyError as err:
         raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
     temp = lock.name

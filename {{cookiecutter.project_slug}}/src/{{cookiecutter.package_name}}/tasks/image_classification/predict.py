@@ -156,7 +156,7 @@ def open_output(output: str) -> IO[str]:
             "output", f"folder {final.parent} does not exist; create it or give a path in an existing one"
         )
     try:
-        return open_partial(final)
+        return open_partial(final, watched=True)
     except OutputBusyError as err:
         raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
     except OSError as err:
