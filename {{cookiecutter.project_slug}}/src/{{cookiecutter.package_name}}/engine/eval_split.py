@@ -38,9 +38,8 @@ class EvenShards(BatchSampler):
         total, world = len(sampler.dataset), sampler.num_replicas  # type: ignore[arg-type]
         mine = list(range(sampler.rank, total, world))
         longest = math.ceil(math.ceil(total / world) / size)  # batches of the rank with the most samples
-        if (
-            len(mine) < longest
-        ):  # batch size 1 with a split not divisible by the world size, or fewer samples than ranks
+        # batch size 1 with a split not divisible by the world size, or fewer samples than ranks
+        if len(mine) < longest:
             repeated = sampler.total_size - total
             warnings.warn(
                 f"{repeated} of {total} evaluation samples are counted twice: {world} ranks cannot share them in equal "
