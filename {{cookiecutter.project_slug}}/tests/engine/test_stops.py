@@ -115,6 +115,63 @@ def test_a_stop_signal_to_the_process_group_saves_despite_loader_workers_and_res
         assert step_of(last) == 4 * (saved["epoch"] + 1)
 
 
+# my_task.py with loader workers slow to start, at the worst moment: after PyTorch's worker has put in its own
+# SIGTERM handler (which exits the worker), before the loader's worker_init_fn takes the stop signals away from it.
+SLOW_WORKER_START = """
+import runpy, sys, time
+from torch.utils.data._utils import signal_handling
+
+torch_handlers = signal_handling._set_worker_signal_handlers
+
+def slow_start():
+    torch_handlers()
+    print("loader worker starting", flush=True)
+    time.sleep(2)
+
+signal_handling._set_worker_signal_handlers = slow_start
+sys.argv[0] = MY_TASK
+runpy.run_path(MY_TASK, run_name="__main__")
+"""
+
+
+def test_a_group_sigterm_while_loader_workers_start_saves_all_the_same(
+    my_task: Path, runs: list[Run], tiny_args: list[str], tmp_path: Path
+) -> None:
+    program = tmp_path / "slow_workers.py"
+    program.write_text(SLOW_WORKER_START.replace("MY_TASK", repr(str(my_task))))
+    run = Run(program, *tiny_args, f"--num-workers={WORKERS}", "--max-epochs=1000")
+    runs.append(run)
+    run.wait_for("Ctrl-C, SIGTERM or SIGHUP saves")  # training starts; its loader's workers come next
+    run.wait_for("loader worker starting")
+    run.signal_group(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "Traceback" not in output and "exited unexpectedly" not in output
+    assert step_of(tmp_path / "run" / "checkpoints" / "last.ckpt") >= 1
+
+
+# A script of the team's own that reads a few batches and ends, its loader (and that loader's workers) still alive.
+READ_A_BATCH = """
+import runpy, sys
+
+data = runpy.run_path(MY_TASK)["RegressionData"](
+    features=8, samples=64, noise=0.1, batch_size=8, seed=0, num_workers=2, pin_memory=False
+)
+data.setup("fit")
+batches = iter(data.train_dataloader())
+next(batches)
+print("read a batch", flush=True)
+"""
+
+
+def test_a_script_that_ends_while_a_loader_is_being_read_exits(my_task: Path, tmp_path: Path) -> None:
+    program = tmp_path / "read_a_batch.py"
+    program.write_text(READ_A_BATCH.replace("MY_TASK", repr(str(my_task))))
+    run = Run(program)
+    code, output = run.finish()  # Run's watchdog kills the script if it hangs at exit
+    assert code == 0 and "read a batch" in output, output[-3000:]
+
+
 def test_repeated_ctrl_c_still_saves_and_exits_130(
     my_task: Path, runs: list[Run], tiny_args: list[str], tmp_path: Path
 ) -> None:

@@ -3,7 +3,8 @@
 - pinned host memory on CUDA (an asynchronous host-to-device copy) and the worker count that `hardware.resolve`
   chose (affinity- and SLURM-aware);
 - workers forked before CUDA is up and started from a forkserver after (`worker_context`);
-- workers that leave stop signals to the main process, which saves a checkpoint first (`signals.ignore_stop_signals`);
+- workers that leave stop signals to the main process, which saves a checkpoint first, from the moment they are
+  forked (`signals.held_back`, `signals.ignore_stop_signals`);
 - for training, an order that depends only on (seed, epoch) and a position saved in every checkpoint, so a run
   resumed mid-epoch reads exactly the batches an uninterrupted one would (`ResumableLoader`, restored by
   `resume.ExactResume`).
@@ -13,18 +14,20 @@ A task's DataModule returns `train_loader(...)` and `eval_loader(...)` from its 
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import warnings
 from collections.abc import Callable, Iterator, Sized
 from itertools import islice
-from multiprocessing.context import BaseContext
+from multiprocessing.context import BaseContext, ForkContext, ForkProcess, ForkServerContext, ForkServerProcess
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from .eval_split import EvenShards
-from .signals import ignore_stop_signals
+from .signals import held_back, ignore_stop_signals
 
 
 def train_loader(
@@ -69,8 +72,9 @@ def _options(seed: int, num_workers: int, pin_memory: bool, collate_fn: Callable
     )
 
 
-def worker_context() -> BaseContext | None:
-    """How loader workers start: forked, unless CUDA is already initialised in this process.
+def worker_context() -> BaseContext:
+    """How loader workers start: forked, unless CUDA is already initialised in this process; with stop signals held
+    back until `ignore_stop_signals` runs in the worker (`signals.held_back` says why).
 
     A forked child inherits every object of the parent, CUDA tensors included (a model moved to the GPU, batches
     cached on it, the benchmark's earlier settings awaiting garbage collection). When the child's garbage collector
@@ -80,8 +84,48 @@ def worker_context() -> BaseContext | None:
     the loaders), so after CUDA is up the workers start from a clean forkserver process instead; they then receive
     the dataset by pickling, which ImageFiles (paths) and TensorDataset (shared memory) make cheap."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return multiprocessing.get_context("forkserver")
-    return None
+        return _HeldForkServerContext()
+    return _HeldForkContext()
+
+
+class _LoaderWorker(BaseProcess):
+    """A loader worker ignores SIGTERM (`ignore_stop_signals`), so where PyTorch or multiprocessing would end one with
+    SIGTERM and then wait for it, it gets SIGKILL."""
+
+    def start(self) -> None:
+        with held_back():
+            super().start()
+        # Run before multiprocessing's own exit handler (the last registered runs first), which would wait forever
+        atexit.unregister(_end_loader_workers)
+        atexit.register(_end_loader_workers)
+
+    def terminate(self) -> None:  # PyTorch's, for a worker that did not end when its loader was done
+        self.kill()
+
+
+def _end_loader_workers() -> None:
+    """At exit: the workers of a loader still being read, by a script's own loop for instance."""
+    for child in multiprocessing.active_children():
+        if isinstance(child, _LoaderWorker):
+            child.kill()
+            child.join()
+
+
+# Module-level classes: a forkserver receives the process object pickled, by its class's qualified name.
+class _HeldFork(_LoaderWorker, ForkProcess):
+    pass
+
+
+class _HeldForkServer(_LoaderWorker, ForkServerProcess):
+    pass
+
+
+class _HeldForkContext(ForkContext):
+    Process = _HeldFork
+
+
+class _HeldForkServerContext(ForkServerContext):
+    Process = _HeldForkServer
 
 
 class EpochShuffle(RandomSampler):

@@ -2,7 +2,8 @@
 SIGHUP (a closed terminal) and SLURM's SIGUSR1 warning before a time limit.
 
 - Training (`StopOnSignal`): finish the step, save a checkpoint every rank agrees on, stop; `--resume last` continues.
-- Loader workers (`ignore_stop_signals`): leave the signals to the main process, which saves first.
+- Loader workers (`held_back` while they start, then `ignore_stop_signals`): leave the signals to the main process,
+  which saves first.
 - Entry points that do not train (`run_stoppable`, predict.py and export.py): stop at once, remove what was half
   written, exit with 128 + the signal's number, as a shell and a scheduler expect.
 - Shutdown (`ignore_while_exiting`): a further signal while Python exits keeps the exit code already chosen.
@@ -15,7 +16,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,6 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WORKER_IGNORES = (*STOP_SIGNALS, signal.SIGUSR1)  # SIGUSR1: SLURM's pre-emption warning, handled by Lightning
 PR_SET_PDEATHSIG = 1  # Linux's prctl(2) option: the signal a process gets when its parent ends
 STARTED_BY = os.getpid()  # in a forked loader worker: the training process, whose module state it inherited
 
@@ -39,13 +42,29 @@ def ignore_stop_signals(worker_id: int) -> None:
     main process raise from inside whatever it was doing, before it can save; ignoring it, the worker runs on until
     the main process has saved and shuts it down (or exits, which workers notice within seconds).
     """
-    for signum in (*STOP_SIGNALS, signal.SIGUSR1):  # SIGUSR1: SLURM's pre-emption warning, handled by Lightning
+    for signum in WORKER_IGNORES:  # ignoring discards what `held_back` kept pending since the fork
         signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
     die_with_parent()
     if os.environ.get("PL_SEED_WORKERS") == "1":  # what Lightning adds when a loader has no worker_init_fn
         from lightning.fabric.utilities.seed import pl_worker_init_function
 
         pl_worker_init_function(worker_id)
+
+
+@contextmanager
+def held_back() -> Iterator[None]:
+    """Stop signals wait while a loader worker starts (see `loaders.worker_context`); this process gets them after.
+
+    A child inherits the signal mask. Between the fork and `ignore_stop_signals`, PyTorch's worker installs its own
+    SIGTERM handler, which exits: a group's SIGTERM landing there killed the worker, and the training step waiting
+    for its batch raised instead of saving. A forkserver started here inherits the mask too, through its exec.
+    """
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def die_with_parent() -> None:
@@ -84,7 +103,7 @@ def run_stoppable(main: Callable[[], object], script: str, lost: str) -> None:
 
 def ignore_while_exiting() -> None:
     """A further signal while Python shuts down (loader workers, logger threads) keeps the exit code."""
-    for signum in (*STOP_SIGNALS, signal.SIGUSR1):
+    for signum in WORKER_IGNORES:
         signal.signal(signum, signal.SIG_IGN)
 
 
