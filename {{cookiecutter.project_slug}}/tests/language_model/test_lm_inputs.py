@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import run_script
 
-from {{ cookiecutter.package_name }}.tasks.language_model.shards import MAGIC
+from {{ cookiecutter.package_name }}.tasks.language_model.shards import GPT2, LLAMA3
 
 from .conftest import TINY
 
@@ -28,10 +28,25 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "big-tokens").mkdir()
     for split in ("train", "val"):
         header = np.zeros(256, dtype=np.int32)
-        header[:3] = MAGIC, 1, 4
+        header[:3] = GPT2, 1, 4
         (root / "big-tokens" / f"x_{split}_000000.bin").write_bytes(
             header.tobytes() + np.array([1, 2, 3, 9000], np.uint16).tobytes()
         )
+    # shards as a hostile user leaves them: each folder's train shard is bad in one way
+    damaged = {
+        "unknown-magic": (12345, 1, 4, 4),  # magic, version, token count in the header, uint16 tokens written
+        "wrong-version": (LLAMA3, 1, 4, 8),
+        "cut-tokens": (GPT2, 1, 400, 300),
+    }
+    for name, (magic, version, count, written) in damaged.items():
+        (root / name).mkdir()
+        header = np.zeros(256, dtype=np.int32)
+        header[:3] = magic, version, count
+        (root / name / "x_train_000000.bin").write_bytes(header.tobytes() + np.ones(written, np.uint16).tobytes())
+    (root / "cut-header").mkdir()
+    (root / "cut-header" / "x_train_000000.bin").write_bytes(header.tobytes()[:500])
+    (root / "odd-nanogpt").mkdir()
+    (root / "odd-nanogpt" / "train.bin").write_bytes(b"\x01\x00\x02")
     (root / "not-json.json").write_text("bytes? no")
     (root / "vision").mkdir()
     (root / "vision" / "config.json").write_text(json.dumps({"model_type": "vit"}))
@@ -58,6 +73,11 @@ TRAIN = {
     "--data=text --data-dir=FILES/latin1": "a.txt is not UTF-8 text",
     "--data=tokens --data-dir=FILES/empty": "has no *train*.bin token shards",
     "--data=tokens --data-dir=FILES/big-tokens": "--tokenizer: FILES/big-tokens/x_train_000000.bin holds token 9000",
+    "--data=tokens --data-dir=FILES/unknown-magic": "x_train_000000.bin has no known header (magic 12345)",
+    "--data=tokens --data-dir=FILES/wrong-version": "is damaged: llm.c's Llama 3 magic 20240801 goes with version 7",
+    "--data=tokens --data-dir=FILES/cut-tokens": "damaged: its header says 400 tokens (1824 bytes), the file has 1624",
+    "--data=tokens --data-dir=FILES/cut-header": "is damaged: cut at 500 bytes, inside llm.c's 1024-byte header",
+    "--data=tokens --data-dir=FILES/odd-nanogpt": "odd-nanogpt/train.bin: nanoGPT's train.bin holds uint16 tokens",
     "--tokenizer=FILES/missing.json": "--tokenizer: cannot read FILES/missing.json",
     "--tokenizer=FILES/not-json.json": "--tokenizer: FILES/not-json.json is not JSON",
     "--pretrained=FILES/vision": "--pretrained: FILES/vision holds a 'vit' model; give a GPT-2 folder",

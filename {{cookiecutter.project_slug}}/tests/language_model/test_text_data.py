@@ -12,7 +12,8 @@ from conftest import run_script, run_train
 
 from {{ cookiecutter.package_name }}.tasks.language_model.data import PackedSequences
 from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
-    MAGIC,
+    GPT2,
+    in_validation,
     read_shard,
 )
 from {{ cookiecutter.package_name }}.tasks.language_model.synthetic import (
@@ -58,6 +59,14 @@ def write_corpus(folder: Path, documents: int = 60) -> list[str]:
     return texts
 
 
+def decoded(tokenizer: Tokenizer, shard: Path) -> list[str]:
+    """A shard's documents, as text."""
+    tokens = read_shard(shard)
+    return [
+        tokenizer.decode(doc.tolist()) for doc in np.split(tokens, np.flatnonzero(tokens == tokenizer.eot) + 1)[:-1]
+    ]
+
+
 def test_a_bpe_tokenizer_learnt_here_trains_on_the_folder_and_its_shards_are_llm_c_files(tmp_path: Path) -> None:
     texts = write_corpus(tmp_path / "texts")
     tokenizer_file = tmp_path / "tokenizer.json"
@@ -74,11 +83,11 @@ def test_a_bpe_tokenizer_learnt_here_trains_on_the_folder_and_its_shards_are_llm
     shards = tmp_path / "texts" / ".tokens" / tokenizer.digest
     train, val = shards / "train_000000.bin", shards / "val_000000.bin"
     header = np.fromfile(train, dtype=np.int32, count=256)
-    assert (header[0], header[1]) == (MAGIC, 1) and train.stat().st_size == 1024 + 2 * header[2]
-    tokens = np.concatenate([read_shard(train), read_shard(val)])
-    documents = tokenizer.hf.decode_batch(np.split(tokens, np.flatnonzero(tokens == tokenizer.eot) + 1)[:-1])
-    # every document once, in the order of the sorted files: more.jsonl's lines, then story.txt
-    assert [d.removesuffix("<|endoftext|>") for d in documents] == [*texts[1:], texts[0]]
+    assert (header[0], header[1]) == (GPT2, 1) and train.stat().st_size == 1024 + 2 * header[2]
+    # every document once and whole, on the side its hash chose, in the order of the sorted files
+    in_order = [*texts[1:], texts[0]]  # more.jsonl's lines, then story.txt
+    for shard, side in ((train, False), (val, True)):
+        assert decoded(tokenizer, shard) == [t for t in in_order if in_validation(t, 0.05) == side]
     # the same files and tokenizer: the shards are reused; a changed file: made again
     stamp = train.stat().st_mtime_ns
     again = run_train(*args, f"--output-dir={tmp_path / 'b'}")
@@ -92,23 +101,41 @@ def test_a_bpe_tokenizer_learnt_here_trains_on_the_folder_and_its_shards_are_llm
     assert resumed.returncode == 2 and resumed.stderr.startswith("error: --data-dir: the checkpoint was trained on")
 
 
-def test_shards_from_llm_c_and_nanogpt_train(tmp_path: Path) -> None:
-    rng = np.random.default_rng(0)
-    llmc, nanogpt = tmp_path / "llmc", tmp_path / "nanogpt"
-    llmc.mkdir()
-    nanogpt.mkdir()
-    for split, size in (("train", 6000), ("val", 1000)):
-        tokens = rng.integers(0, 257, size, dtype=np.uint16)
-        header = np.zeros(256, dtype=np.int32)
-        header[:3] = MAGIC, 1, size  # as llm.c's dev/data scripts write it
-        (llmc / f"tiny_{split}_000000.bin").write_bytes(header.tobytes() + tokens.tobytes())
-        tokens.tofile(nanogpt / f"{split}.bin")  # nanoGPT's prepare.py: raw uint16, no header
-    for folder in (llmc, nanogpt):
-        result = run_train(
-            *TINY, "--data=tokens", f"--data-dir={folder}", "--max-epochs=1", f"--output-dir={folder / 'run'}"
-        )
+def test_validation_takes_whole_documents_from_every_source_whatever_the_file_order(tmp_path: Path) -> None:
+    """Files named by source sort one source last: the tail of the tokens would validate on that source alone."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for source in ("news", "code"):
+        lines = [json.dumps({"text": f"{source} {i}: " + " ".join(rng.choice(WORDS, 30))}) for i in range(40)]
+        (folder / f"{source}.jsonl").write_text("\n".join(lines) + "\n")
+    args = [*TINY, "--data=text", f"--data-dir={folder}", "--val-fraction=0.2", "--max-epochs=1"]
+    tokenizer = Tokenizer("bytes")
+    validated = []
+    for run in ("first", "renamed"):
+        if run == "renamed":
+            (folder / "news.jsonl").rename(folder / "zz-news.jsonl")  # news now sorts last
+        result = run_train(*args, f"--output-dir={tmp_path / run}")
         assert result.returncode == 0, result.stderr[-3000:]
-        assert (folder / "run" / "checkpoints" / "last.ckpt").is_file()
+        (val,) = (folder / ".tokens").glob("*/val_000000.bin")
+        validated.append(sorted(decoded(tokenizer, val)))
+    assert validated[0] == validated[1]  # the same documents, whatever the files' order
+    sources = {text.split(" ", 1)[0] for text in validated[0]}
+    assert sources == {"news", "code"} and 8 <= len(validated[0]) <= 24  # about 20% of 80, from both
+
+
+def test_one_long_text_file_validates_on_its_tail_and_says_so(tmp_path: Path) -> None:
+    """nanoGPT's Shakespeare: one document; validation then takes the last --val-fraction of its tokens."""
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "input.txt").write_text(" ".join(WORDS * 200))
+    args = [*TINY, "--data=text", f"--data-dir={tmp_path / 'texts'}", "--max-epochs=1"]
+    result = run_train(*args, f"--output-dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "holds too few documents (1) to pick whole ones for validation: it takes the last 0.05" in result.stdout
+    (train,) = (tmp_path / "texts" / ".tokens").glob("*/train_000000.bin")
+    val = train.with_name("val_000000.bin")
+    whole = np.concatenate([read_shard(train), read_shard(val)])
+    assert len(read_shard(val)) == len(whole) - int(len(whole) * 0.95)
 
 
 def test_packed_sequences_are_consecutive_windows_with_targets_one_token_later() -> None:

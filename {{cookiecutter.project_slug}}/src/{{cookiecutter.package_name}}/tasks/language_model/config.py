@@ -33,7 +33,7 @@ class LanguageOptions:
     data_dir: str | None = opt(None, "text or tokens: the folder (its token shards are cached in DATA_DIR/.tokens)")
     tokenizer: str = opt("bytes", "bytes: 256 byte values + end-of-text; or a Hugging Face tokenizer.json file")
     train_tokens: int = opt(2_000_000, "synthetic: tokens generated for training (validation and test: 1/20 each)")
-    val_fraction: float = opt(0.05, "text: the share of the tokens, taken from the end, kept for validation")
+    val_fraction: float = opt(0.05, "text: the share of documents kept for validation, chosen by a hash of their text")
     # --- network -----------------------------------------------------------------------------
     model: str = opt("nano", "a named size: tiny and nano for CPUs, or GPT-2's (gpt2 = 124M)", tuple(SIZES))
     n_layer: int | None = opt(None, "transformer blocks; unset = the --model size's")
