@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
 
     from {{ cookiecutter.package_name }}.engine import write_text
     from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
+        fit_new_tokens,
         load_checkpoint,
         load_pretrained,
         prompt_tokens,
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         else:
             net, tokenizer = load_pretrained(str(opts.pretrained), opts.tokenizer)
         prompt = prompt_tokens(opts, net, tokenizer)
+        opts = fit_new_tokens(opts, net, prompt)
     except ConfigError as err:
         fail(str(err))
     cuda = opts.accelerator == "cuda" or (opts.accelerator == "auto" and torch.cuda.is_available())

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from conftest import ROOT, run_script, run_train
 
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
@@ -32,14 +36,76 @@ def summary(result: subprocess.CompletedProcess[str]) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(\S+?)=(-?[\d.]+|nan)\b", line)}
 
 
-@pytest.mark.slow(minutes=4)
-def test_cpu_quickstart_trains_to_within_0_15_nats_of_the_entropy_floor(tmp_path: Path) -> None:
-    result = run_train("--config=configs/cpu-quickstart.yaml", f"--output-dir={tmp_path}", "--logger=csv", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    numbers = summary(result)
+def readme_commands(start: str) -> list[list[str]]:
+    """The README's `python ...` lines, as argv, from the one that begins with `start` to the end of its block."""
+    for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S):
+        lines = [line.split("  #")[0] for line in block.splitlines()]
+        starts = [i for i, line in enumerate(lines) if line.startswith(start)]
+        if starts:
+            return [shlex.split(line) for line in lines[starts[0] :] if line.startswith("python ")]
+    raise AssertionError(f"the README has no line starting {start!r}")
+
+
+def run_as_written(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert argv[0] == "python", argv
+    return run_script(ROOT / argv[1], *argv[2:], cwd=cwd, timeout=900)
+
+
+@pytest.mark.slow(minutes=5)
+def test_the_readmes_cpu_commands_run_as_written(tmp_path: Path) -> None:
+    """The quickstart gets within 0.15 nats of the entropy floor and generates from its checkpoint; the text example
+    learns a tokenizer, trains on a folder and generates. Run in a folder of their own, as from the project root."""
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    train, generate = readme_commands("python train.py --config configs/cpu-quickstart.yaml")[:2]
+    trained = run_as_written(train, tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    numbers = summary(trained)
     print(f"val/loss={numbers['val/loss']:.4f} floor={numbers['floor']:.4f}")
     assert numbers["val/loss"] - numbers["floor"] < 0.15
     assert numbers["val/loss"] > numbers["floor"] - 0.02  # below the floor would mean validation leaked into training
+    generated = run_as_written(generate, tmp_path)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    assert generated.stdout.count("--- sample ") == 3 and "note: 61 new tokens" in generated.stdout
+
+    texts = tmp_path / "my_texts"
+    texts.mkdir()
+    rng = random.Random(0)
+    words = ["once", "upon", "a", "time", "there", "was", "a", "small", "cat", "in", "a", "big", "old", "house"]
+    for number in range(200):
+        (texts / f"story_{number:03d}.txt").write_text(" ".join(rng.choices(words, k=300)) + ".")
+    commands = readme_commands("python train_tokenizer.py")
+    assert [argv[1] for argv in commands] == ["train_tokenizer.py", "train.py", "generate.py"]
+    for argv in commands:
+        result = run_as_written(argv, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("--- sample ") == 3 and "Once upon a time" in result.stdout
+
+
+# GPT-2's recipe (nanoGPT's train.py, llm.c's train_gpt2): the task's defaults for the engine's optimizer options
+RECIPE = {"lr": 6e-4, "weight_decay": 0.1, "betas": "0.9,0.95", "gradient_clip_val": 1.0}
+
+
+def test_gpt2s_recipe_is_the_default_shown_with_its_source_and_trained_with(
+    tiny_args: list[str], tmp_path: Path
+) -> None:
+    shown = run_train("--help")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())  # argparse wraps the help at the terminal's width
+    for name, value in RECIPE.items():
+        flag = "--" + name.replace("_", "-")
+        said = re.search(rf"{flag} {name.upper()} [^\[]*\[the task's default: ([^\]]*)\] \(default: ([^)]*)\)", text)
+        assert said, flag
+        assert "nanoGPT's train.py, llm.c's train_gpt2" in said.group(1) and said.group(2) == str(value), said.group(0)
+    done = run_train(*tiny_args, "--max-steps=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert {name: config[name] for name in RECIPE} == RECIPE
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    hparams = saved["hyper_parameters"]
+    assert (hparams["lr"], hparams["weight_decay"], hparams["betas"]) == (6e-4, 0.1, [0.9, 0.95])
+    [optimizer] = saved["optimizer_states"]
+    assert {group["betas"] for group in optimizer["param_groups"]} == {(0.9, 0.95)}
+    assert sorted({group["weight_decay"] for group in optimizer["param_groups"]}) == [0.0, 0.1]
 
 
 def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[str], tmp_path: Path) -> None:

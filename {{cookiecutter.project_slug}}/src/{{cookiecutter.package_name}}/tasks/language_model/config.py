@@ -78,7 +78,9 @@ class GenerateOptions:
     checkpoint: str | None = opt(None, "a train.py checkpoint (.ckpt); its tokenizer comes with it")
     pretrained: str | None = opt(None, "or a Hugging Face GPT-2 folder, used without training")
     tokenizer: str | None = opt(None, "with --pretrained: a tokenizer.json when the folder has none")
-    max_new_tokens: int = opt(100, "tokens to generate per sample (fewer if end-of-text comes first)")
+    max_new_tokens: int | None = opt(
+        None, "tokens to generate per sample, fewer if end-of-text comes first; unset = 100, or what the context leaves"
+    )
     temperature: float = opt(1.0, "divides the logits: below 1 sharper, above 1 more varied")
     top_k: int | None = opt(None, "sample among the k likeliest tokens only; 1 = greedy decoding")
     seed: int = opt(0, "the same seed gives the same samples")
@@ -104,8 +106,8 @@ class GenerateOptions:
                 f"is not UTF-8 text (byte 0x{byte} at character {err.start + 1}); set the terminal to UTF-8, or "
                 "pass the text in UTF-8",
             ) from None
-        if self.max_new_tokens < 1 or self.num_samples < 1:
-            bad = "max_new_tokens" if self.max_new_tokens < 1 else "num_samples"
+        if (self.max_new_tokens is not None and self.max_new_tokens < 1) or self.num_samples < 1:
+            bad = "num_samples" if self.num_samples < 1 else "max_new_tokens"
             raise ConfigError(bad, f"must be a positive integer, got {getattr(self, bad)}")
         if not self.temperature > 0 or not math.isfinite(self.temperature):
             raise ConfigError("temperature", f"must be a positive number, got {self.temperature}")

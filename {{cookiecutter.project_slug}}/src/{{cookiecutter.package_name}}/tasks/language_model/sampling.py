@@ -8,6 +8,7 @@ same text, and --top-k 1 always takes the likeliest token (greedy decoding).
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from .gpt import GPT, LayerCache, hf_config, load_hf_gpt2
 from .module import TOKENIZER
 from .tokenizer import Tokenizer, load_tokenizer
 
+DEFAULT_NEW_TOKENS = 100
 SHAPE = ("vocab_size", "layers", "heads", "width", "positions")  # the hparams that rebuild the network
 
 
@@ -58,21 +60,32 @@ def prompt_tokens(opts: GenerateOptions, net: GPT, tokenizer: Tokenizer) -> list
             f"holds token {max(ids)}, outside the model's vocabulary of {net.vocab_size}: the tokenizer is not the "
             "one the weights were trained with",
         )
-    room = net.context - len(ids)
-    if room < 1:
+    if len(ids) >= net.context:
         raise ConfigError("prompt", f"is {len(ids)} tokens, the model's context is {net.context}; shorten it")
+    return ids
+
+
+def fit_new_tokens(opts: GenerateOptions, net: GPT, prompt: list[int]) -> GenerateOptions:
+    """--max-new-tokens as given, when the context holds it; unset, 100, or what the context leaves, said in a note."""
+    room = net.context - len(prompt)
+    if opts.max_new_tokens is None:  # a small model's context (the CPU quickstart's 64) is shorter than 100
+        if room < DEFAULT_NEW_TOKENS:
+            print(f"note: {room} new tokens, what the model's context of {net.context} leaves after the prompt")
+        return replace(opts, max_new_tokens=min(DEFAULT_NEW_TOKENS, room))
     if opts.max_new_tokens > room:
         raise ConfigError(
             "max_new_tokens",
-            f"{opts.max_new_tokens} after a {len(ids)}-token prompt passes the model's context of {net.context}; "
+            f"{opts.max_new_tokens} after a {len(prompt)}-token prompt passes the model's context of {net.context}; "
             f"give at most {room}",
         )
-    return ids
+    return opts
 
 
 @torch.no_grad()
 def sample(net: GPT, prompt: list[int], opts: GenerateOptions, eot: int, device: torch.device) -> list[list[int]]:
-    """`opts.num_samples` continuations of `prompt`, each ending at end-of-text or after max_new_tokens."""
+    """`opts.num_samples` continuations of `prompt`, each ending at end-of-text or after max_new_tokens (set: see
+    `fit_new_tokens`)."""
+    assert opts.max_new_tokens is not None
     net.eval()
     generator = torch.Generator(device).manual_seed(opts.seed)
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,10 @@ from .tokenizer import Tokenizer
 
 HEADER = 256  # int32: 1,024 bytes
 GPT2, LLAMA3 = 20240520, 20240801
-FORMATS = {GPT2: (1, np.dtype("<u2"), "GPT-2"), LLAMA3: (7, np.dtype("<u4"), "Llama 3")}  # magic: version, tokens
+FORMATS: dict[int, tuple[int, np.dtype[Any], str]] = {  # magic: its version, token type, and the model it was for
+    GPT2: (1, np.dtype("<u2"), "GPT-2"),
+    LLAMA3: (7, np.dtype("<u4"), "Llama 3"),
+}
 KNOWN = "llm.c's magic 20240520 (uint16 tokens) or 20240801 (uint32), or nanoGPT's headerless train.bin and val.bin"
 NANOGPT_NAMES = ("train.bin", "val.bin")
 SHARD_TOKENS = 100_000_000  # llm.c's shard size: 200 MB of uint16
