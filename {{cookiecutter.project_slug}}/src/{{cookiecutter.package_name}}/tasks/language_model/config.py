@@ -117,3 +117,17 @@ class GenerateOptions:
             raise ConfigError("seed", f"must be 0 or more, got {self.seed}")
         if self.output is not None and not self.output.endswith(".jsonl"):
             raise ConfigError("output", f"must end in .jsonl (one JSON object per sample), got {self.output!r}")
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: str = opt("", "a .ckpt of a language model from train.py: its tokenizer comes with it")
+    format: str = opt("hf", "hf: a folder for transformers, vLLM and the Hub (safetensors, config, tokenizer)", ("hf",))
+    output: str | None = opt(None, "the folder to write, not there yet; unset = beside the checkpoint, as NAME-hf")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not self.checkpoint:
+            raise ConfigError("checkpoint", "give a .ckpt from train.py, e.g. outputs/checkpoints/last.ckpt")
+        for name in ("checkpoint", "output"):
+            check_path(name, getattr(self, name))
