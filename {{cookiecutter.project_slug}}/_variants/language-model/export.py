@@ -16,8 +16,12 @@ DESCRIPTION = "Export a language model checkpoint of train.py as a Hugging Face 
 
 def main(argv: list[str] | None = None) -> float:
     opts = parse_options(argv, ExportOptions, prog="export.py", description=DESCRIPTION)
-    from {{ cookiecutter.package_name }}.tasks.language_model.hf_export import export_hf
-    from {{ cookiecutter.package_name }}.tasks.language_model.sampling import load_checkpoint
+    from {{ cookiecutter.package_name }}.tasks.language_model.hf_export import (
+        export_hf,
+    )
+    from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
+        load_checkpoint,
+    )
 
     checkpoint = Path(opts.checkpoint)
     folder = Path(opts.output) if opts.output else checkpoint.with_name(f"{checkpoint.stem}-hf")

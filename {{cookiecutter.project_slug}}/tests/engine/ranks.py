@@ -16,12 +16,13 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 
 from {{ cookiecutter.package_name }}.engine import main
 from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
-class DumpRank(L.Callback):
+class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save
     def __init__(self, folder: Path, pause_step: int) -> None:
         self.folder, self.pause_step = folder, pause_step
 

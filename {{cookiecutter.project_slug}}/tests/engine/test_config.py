@@ -14,6 +14,7 @@ from {{ cookiecutter.package_name }}.engine import parse_run
 from {{ cookiecutter.package_name }}.engine.config import (
     Config,
     ConfigError,
+    parse_betas,
     parse_every,
 )
 
@@ -45,6 +46,13 @@ def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None
         ("lr", 0.0, "--lr"),
         ("warmup_fraction", 1.0, "--warmup-fraction"),
         ("logger", "comet", "--logger"),
+        ("betas", "0.9", "--betas"),
+        ("betas", "0.9,1.0", "--betas"),
+        ("betas", "0.9,-0.1", "--betas"),
+        ("betas", "0.9,nan", "--betas"),
+        ("betas", "0.9,0.95,0.99", "--betas"),
+        ("val_every", 0, "--val-every"),
+        ("val_batches", -1, "--val-batches"),
     ],
 )
 def test_bad_values_name_their_flag(field: str, value: object, flag: str) -> None:
@@ -94,6 +102,7 @@ def test_bad_yaml_is_one_line_and_exit_2(
         (["--devices", "abc"], "--devices: expected 'auto', a positive count or distinct GPU ids"),
         (["--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
         (["--hidden", "x"], "argument --hidden: expected an integer, got 'x'"),
+        (["--betas", "0.9;0.95"], "--betas: expected two numbers in [0, 1) like '0.9,0.95', got '0.9;0.95'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )
@@ -114,6 +123,19 @@ def test_help_shows_every_option_with_its_default_and_reason(my_task: Path, toy:
     assert "bf16-mixed on Ampere+" in text
     assert f"(default: {toy.TASK.defaults.get('batch_size', Config().batch_size)})" in text
     assert "a few % speed" in text, "help text with a percent sign reads as written"
+
+
+@pytest.mark.parametrize(
+    ("given", "betas"),
+    [("--betas=0.8,0.9", "0.8,0.9"), ("betas: [0.8, 0.99]", "0.8,0.99"), ("betas: 0.85, 0.9", "0.85,0.9")],
+)
+def test_betas_are_two_numbers_given_with_a_comma_or_in_yaml_as_a_list(
+    toy: ModuleType, tmp_path: Path, given: str, betas: str
+) -> None:
+    (tmp_path / "c.yaml").write_text(given + "\n")
+    argv = [given] if given.startswith("--") else ["--config", str(tmp_path / "c.yaml")]
+    assert parse_args(toy, argv)[0].betas == betas
+    assert parse_betas(betas) == tuple(float(b) for b in betas.split(","))
 
 
 @pytest.mark.parametrize("source", ["flag", "yaml"])

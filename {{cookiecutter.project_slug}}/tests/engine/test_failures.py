@@ -18,6 +18,7 @@ from conftest import one_error_line
 from {{ cookiecutter.package_name }}.engine import Config
 
 from .conftest import run_toy, train
+from .test_monitors import FusedAdamW
 
 
 def corrupt_checkpoint(tmp_path: Path) -> Path:
@@ -167,6 +168,23 @@ def test_a_checkpoint_due_at_the_nan_step_is_refused_and_the_advice_works(
     assert " became nan or inf at step " in line and "Start again in another --output-dir with a lower --lr" in line
     advised = [*tiny_args, f"--output-dir={tmp_path / 'again'}", "--lr=0.002", "--checkpoint-every=1steps"]
     assert run_toy(my_task, *advised).returncode == 0
+
+
+def test_the_advised_clipping_runs_in_bf16_mixed_with_the_fused_adamw_of_cuda_and_clips_every_step(
+    toy: ModuleType, tiny_args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning refuses to clip for a fused optimizer under any mixed precision, bf16's too, which scales nothing:
+    the language model's default clipping stopped every bf16 run on a GPU at its first step."""
+    monkeypatch.setattr(torch.optim, "AdamW", FusedAdamW)
+    clip, clipped_at = torch.nn.utils.clip_grad_norm_, []
+
+    def counted(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        clipped_at.append(max_norm)
+        return clip(parameters, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", counted)
+    train(toy, [*tiny_args, "--precision=bf16-mixed", "--gradient-clip-val=1.0"])
+    assert clipped_at == [1.0] * 4  # each of the 4 steps
 
 
 def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(

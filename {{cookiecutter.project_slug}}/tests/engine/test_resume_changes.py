@@ -93,20 +93,21 @@ def test_a_change_that_alters_what_the_checkpoint_means_is_refused_in_one_line_a
     assert files(stopped) == before  # no config.yaml, checkpoint, log or lock written
 
 
-def test_a_new_lr_and_weight_decay_are_used_and_recorded_and_auto_batch_size_keeps_the_checkpoints(
+def test_a_new_lr_weight_decay_and_betas_are_used_and_recorded_and_auto_batch_size_keeps_the_checkpoints(
     my_task: Path, stopped: Path, tmp_path: Path
 ) -> None:
-    """The restored optimizer and scheduler would otherwise bring back the old rate and decay."""
+    """The restored optimizer and scheduler would otherwise bring back the old rate, decay and betas."""
     old = last_checkpoint(stopped)["hyper_parameters"]
-    assert (old["lr"], old["weight_decay"]) != (0.5, 0.2)
+    assert (old["lr"], old["weight_decay"], old["betas"]) != (0.5, 0.2, [0.5, 0.6])
     run = tmp_path / "run"
-    result = resume(my_task, stopped, run, "--lr=0.5", "--weight-decay=0.2", "--auto-batch-size")
+    result = resume(my_task, stopped, run, "--lr=0.5", "--weight-decay=0.2", "--betas=0.5,0.6", "--auto-batch-size")
     assert result.returncode == 0, result.stderr[-3000:]
     said = [line.split(":")[1] for line in result.stdout.splitlines() if line.startswith("resume: ")]
     assert said == [
         " --auto-batch-size is not searched again",
         f" --lr 0.5 instead of the checkpoint's {old['lr']}",
         f" --weight-decay 0.2 instead of the checkpoint's {old['weight_decay']}",
+        " --betas 0.5,0.6 instead of the checkpoint's 0.9,0.999",
     ], said
     saved = last_checkpoint(run)
     assert saved["global_step"] == 2 * STEPS_PER_EPOCH
@@ -114,13 +115,14 @@ def test_a_new_lr_and_weight_decay_are_used_and_recorded_and_auto_batch_size_kee
     assert scheduler["base_lrs"] == [0.5] * len(optimizer["param_groups"])
     assert {group["initial_lr"] for group in optimizer["param_groups"]} == {0.5}
     assert sorted({group["weight_decay"] for group in optimizer["param_groups"]}) == [0.0, 0.2]  # norms and biases: 0
+    assert {group["betas"] for group in optimizer["param_groups"]} == {(0.5, 0.6)}
     # the rate used at each step: the schedule at the new peak, not the old one
     resumed_at = last_checkpoint(stopped)["global_step"]  # the resumed run logs on in the stopped run's file
     logged = [float(value) for step, value in metric_column(run, "lr-AdamW/pg1") if step >= resumed_at]
     assert logged and max(logged) <= 0.5 and logged[0] > 0.4, logged
     config = yaml.safe_load((run / "config.yaml").read_text())
-    recorded = (config["lr"], config["weight_decay"], config["batch_size"], config["auto_batch_size"])
-    assert recorded == (0.5, 0.2, 4, False)
+    recorded = (config["lr"], config["weight_decay"], config["betas"], config["batch_size"], config["auto_batch_size"])
+    assert recorded == (0.5, 0.2, "0.5,0.6", 4, False)
     assert (saved["hyper_parameters"]["lr"], saved["datamodule_hyper_parameters"]["batch_size"]) == (0.5, 4)
 
 

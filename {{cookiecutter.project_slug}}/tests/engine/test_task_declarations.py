@@ -3,12 +3,17 @@ and an experiment tracker that is not installed is one line. Each is run as a us
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 import yaml
+
+from {{ cookiecutter.package_name }}.engine import Config, TaskDefault
+from {{ cookiecutter.package_name }}.engine.cli import build_parser
 
 from .conftest import run_toy
 
@@ -29,6 +34,15 @@ def test_help_names_the_script_and_shows_the_tasks_defaults(my_task: Path) -> No
     assert re.search(r"--batch-size BATCH_SIZE per device; .*? \[the task's default\] \(default: 64\)", text)
     assert re.search(r"--lr LR AdamW peak learning rate, .*? \[the task's default\] \(default: 0\.003\)", text)
     assert re.search(r"--weight-decay WEIGHT_DECAY AdamW .*? \(default: 0\.05\)", text), "the engine's own default"
+
+
+def test_a_task_default_given_with_its_reason_shows_it_in_help(toy: ModuleType) -> None:
+    defaults = {"lr": TaskDefault(0.01, "the rate that converges here"), "batch_size": 16}
+    parser = build_parser(Config, toy.TASK.options, prog="my_task.py", description="", defaults=defaults)
+    text = " ".join(parser.format_help().split())
+    assert "[the task's default: the rate that converges here] (default: 0.01)" in text
+    assert "[the task's default] (default: 16)" in text
+    assert dataclasses.replace(toy.TASK, defaults=defaults).default_values == {"lr": 0.01, "batch_size": 16}
 
 
 def test_flags_override_the_config_file_which_overrides_the_tasks_defaults(my_task: Path, tmp_path: Path) -> None:

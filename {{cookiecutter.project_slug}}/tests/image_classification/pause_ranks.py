@@ -16,13 +16,14 @@ from typing import Any
 import lightning as L
 import torch
 from dump_ranks import DumpRank
+from lightning.pytorch.callbacks import Checkpoint
 from torchmetrics import Metric
 
 import train
 from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
-class RunningMetrics(L.Callback):
+class RunningMetrics(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save
     def __init__(self, folder: Path, pause_step: int) -> None:
         self.folder, self.pause_step = folder, pause_step
         self.running: dict[int, dict[str, float]] = {}

@@ -10,7 +10,9 @@ import pytest
 import torch
 from conftest import run_script, run_train
 
-from {{ cookiecutter.package_name }}.tasks.language_model.sampling import load_checkpoint
+from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
+    load_checkpoint,
+)
 
 from .conftest import TINY
 from .test_text_data import write_corpus

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from conftest import run_train
 
-from {{ cookiecutter.package_name }}.tasks.language_model.shards import read_shard, write_shard
+from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
+    read_shard,
+    write_shard,
+)
 
 from .conftest import TINY
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 # Light: options, the Task, the entry point's loop, files and one-line messages import neither torch nor Lightning.
 from .cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
-from .config import Config, ConfigError, check_choices, check_path, opt
+from .config import Config, ConfigError, check_choices, check_path, opt, parse_betas
 from .files import OutputBusyError, discard, open_partial, partial_path, publish, write_text
 from .quiet import set_up_warnings
 from .run import main, run
 from .rundir import check_writable_dir, last_path
-from .task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
+from .task import AFRESH, RECORD, SCHEDULE, Task, TaskDefault, first_dim, saved_record
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports each when first used
     from .checkpoints import check_checkpoint
@@ -77,6 +77,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "RunPromises",
     "Task",
     "TaskConformance",
+    "TaskDefault",
     "apply_backend_flags",
     "build_trainer",
     "check_checkpoint",
@@ -101,6 +102,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "note",
     "open_partial",
     "opt",
+    "parse_betas",
     "parse_options",
     "parse_run",
     "partial_path",

@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
@@ -138,18 +138,29 @@ class RunCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
 
 
-class PeriodicCheckpoint(Callback):
+class PeriodicCheckpoint(Checkpoint):
     """Saves `path` every `every_steps` optimizer steps and/or `every_seconds` of wall time, mid-epoch included.
 
     Steps are counted alike on every rank. Time is read on rank 0, and only on logging steps under DDP, where the
-    ranks then agree by one broadcast: asking every step would make every step wait for the slowest rank.
+    ranks then agree by one broadcast: asking every step would make every step wait for the slowest rank. A save due
+    at a step that `val_every` (--val-every) validates at waits for that validation's end: resumed from a save before
+    it, Lightning would take the validation as done, and the best checkpoint would never see its score. As a
+    `Checkpoint`, Lightning runs it after the ModelCheckpoints, so the save holds what they made of the validation.
     """
 
-    def __init__(self, path: Path, every_steps: int | None, every_seconds: float | None, log_every_n_steps: int):
+    def __init__(
+        self,
+        path: Path,
+        every_steps: int | None,
+        every_seconds: float | None,
+        log_every_n_steps: int,
+        val_every: int | None,
+    ):
         self.path, self.every_steps, self.every_seconds = path, every_steps, every_seconds
-        self.log_every_n_steps = log_every_n_steps
+        self.log_every_n_steps, self.val_every = log_every_n_steps, val_every
         self.last_saved = time.monotonic()
         self.seen_step = -1
+        self.after_validation = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.last_saved, self.seen_step = time.monotonic(), trainer.global_step
@@ -168,9 +179,16 @@ class PeriodicCheckpoint(Callback):
         if self.every_seconds is not None and not due and ask_clock:
             late = time.monotonic() - self.last_saved >= self.every_seconds
             due = bool(trainer.strategy.broadcast(late)) if trainer.world_size > 1 else late
-        if due:
+        if due and self.val_every and step % self.val_every == 0 and trainer.enable_validation:
+            self.after_validation = True
+        elif due:
             trainer.save_checkpoint(self.path, weights_only=False)
             self.last_saved = time.monotonic()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.after_validation and not trainer.sanity_checking:
+            self.after_validation = False
+            trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self.last_saved = time.monotonic()  # an epoch-end save restarts the clock too

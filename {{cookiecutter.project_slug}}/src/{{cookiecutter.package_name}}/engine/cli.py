@@ -9,14 +9,12 @@ import sys
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 
 from .config import Config, ConfigError
-
-if TYPE_CHECKING:
-    from .task import Task
+from .task import Task, TaskDefault, default_value
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 T = typing.TypeVar("T")
@@ -72,7 +70,8 @@ def build_parser(
     hidden: Collection[str] = (),
 ) -> argparse.ArgumentParser:
     """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options), but the `hidden`
-    ones (options this task does not have); `defaults` replace the fields' own (a Task's) and say so in --help."""
+    ones (options this task does not have); `defaults` replace the fields' own (a Task's, each a value or a
+    `TaskDefault` with its reason) and say so in --help."""
     defaults = defaults or {}
     parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as the flags, with _)")
@@ -83,8 +82,11 @@ def build_parser(
             continue
         flag = "--" + f.name.replace("_", "-")
         # argparse %-formats help texts (for %(default)s), so a literal % must be doubled
-        help_text = f.metadata["help"].replace("%", "%%") + (" [the task's default]" if f.name in defaults else "")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": defaults.get(f.name, f.default), "help": help_text}
+        given = defaults.get(f.name, f.default)
+        why = f": {given.why}" if isinstance(given, TaskDefault) else ""
+        marked = f" [the task's default{why}]" if f.name in defaults else ""
+        help_text = (f.metadata["help"] + marked).replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": default_value(given), "help": help_text}
         if f.metadata.get("const") is not None:  # a flag whose value may be left out, like --pretrained [PATH]
             kwargs.update(nargs="?", const=f.metadata["const"])
         if f.metadata["choices"]:
@@ -127,6 +129,8 @@ def load_yaml(path: str, *schemas: type, hidden: Collection[str] = ()) -> dict[s
             fail(f"--config: key {key!r} in {path} is not an option of this task; delete the line")
         if name not in hints:
             fail(f"--config: unknown key {key!r} in {path}; valid keys: {', '.join(hints)}")
+        if isinstance(value, list) and hints[name] is str:  # a comma-separated option (betas, devices) as a list
+            value = ",".join(map(str, value))
         optional = type(None) in typing.get_args(hints[name])
         if (value is None and not optional) or isinstance(value, list | dict):
             given = "has no value" if value is None else "holds a list or mapping"

@@ -75,6 +75,7 @@ class Config:
     ema_decay: float = opt(0.999, "--ema: the old average's weight per step; it spans about 1/(1-decay) steps")
     lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
     weight_decay: float = opt(0.05, "AdamW decoupled weight decay (not applied to norms and biases)")
+    betas: str = opt("0.9,0.999", "AdamW's beta1,beta2: how slowly its averages of the gradient and its square move")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
     max_epochs: int = opt(10, "epochs to train")
     max_steps: int = opt(-1, "stop after this many optimizer steps; -1 = no limit")
@@ -96,6 +97,10 @@ class Config:
         "also save last.ckpt mid-epoch this often: '30min', '2h', '500steps', both ('30min,500steps') or 'off'; "
         "bounds what a hard kill (OOM killer, node loss) loses",
     )
+    val_every: int | None = opt(
+        None, "validate every this many optimizer steps, counted across epochs; unset = at each epoch's end"
+    )
+    val_batches: int | None = opt(None, "batches per validation (the same first ones each time); unset = all")
     fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")
     profile: bool = opt(False, "profile 5 steps after warm-up and stop; trace and kernel table in <output-dir>/profile")
 
@@ -105,8 +110,8 @@ class Config:
         for name in ("output_dir", "resume"):
             check_path(name, getattr(self, name))
         positive = ("num_nodes", "batch_size", "max_epochs", "accumulate_grad_batches")
-        for name in (*positive, "log_every_n_steps"):
-            if getattr(self, name) < 1:
+        for name in (*positive, "log_every_n_steps", "val_every", "val_batches"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(name, f"must be a positive integer, got {getattr(self, name)}")
         if not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"must be from 0 to {2**32 - 1} (what NumPy can seed), got {self.seed}")
@@ -120,6 +125,7 @@ class Config:
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(name, f"must be a finite number, got {getattr(self, name)}")
         parse_every(self.checkpoint_every)
+        self.betas = ",".join(map(str, parse_betas(self.betas)))  # one spelling, so a resume compares values
         if self.max_steps < -1 or self.max_steps == 0:
             raise ConfigError("max_steps", f"must be positive or -1 (no limit), got {self.max_steps}")
         if not self.lr > 0:
@@ -189,6 +195,17 @@ def parse_every(text: str) -> tuple[int | None, float | None]:
         else:
             seconds = number * {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}[unit]
     return steps, seconds
+
+
+def parse_betas(text: str) -> tuple[float, float]:
+    """'0.9,0.95' -> (0.9, 0.95): AdamW's two decay rates, each in [0, 1)."""
+    try:
+        betas = tuple(float(part) for part in str(text).split(","))
+    except ValueError:
+        betas = ()
+    if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
+        raise ConfigError("betas", f"expected two numbers in [0, 1) like '0.9,0.95', got {text!r}")
+    return betas[0], betas[1]
 
 
 def usable_cpus() -> int:

@@ -20,16 +20,19 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
+from torch.optim import Optimizer
 
 from .cli import note
-from .config import Config
+from .config import Config, parse_betas
 from .hardware import Hardware
 
 # FSDP and activation checkpointing insert these into parameter names; our names are recorded before wrapping.
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+TORCH_BETAS = (0.9, 0.999)  # AdamW's own, for a module whose hparams do not name them
 
 
 def run_hparams(cfg: Config, hw: Hardware) -> dict[str, Any]:
@@ -37,6 +40,7 @@ def run_hparams(cfg: Config, hw: Hardware) -> dict[str, Any]:
     return dict(
         lr=cfg.lr,
         weight_decay=cfg.weight_decay,
+        betas=list(parse_betas(cfg.betas)),  # a list: hparams.yaml and every tracker take it as it is
         warmup_fraction=cfg.warmup_fraction,
         compile=hw.compile,
         compile_mode=cfg.compile_mode,
@@ -183,15 +187,29 @@ class EngineModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         groups = self.param_groups()
         # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
-        # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused.
+        # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused (bf16-mixed is
+        # clipped here: configure_gradient_clipping).
         # FSDP1 on one device falls back to NO_SHARD, where fused AdamW fails on its step counts (pytorch#140514).
         scaled_clip = self.trainer.precision == "16-mixed" and bool(self.trainer.gradient_clip_val)
         fsdp1_alone = isinstance(self.trainer.strategy, FSDPStrategy) and self.trainer.world_size == 1
         fused = self.device.type == "cuda" and not scaled_clip and not fsdp1_alone
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams["lr"], fused=fused)
+        beta1, beta2 = self.hparams.get("betas", TORCH_BETAS)
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams["lr"], betas=(beta1, beta2), fused=fused)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_multipliers(total, groups))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self, optimizer: Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        # Lightning refuses to clip for a fused AdamW under any mixed precision, since the optimizer would unscale
+        # 16-mixed's gradients only after the clip; bf16-mixed scales nothing, so its gradients are clipped as they are
+        plugin = self.trainer.precision_plugin
+        by_norm = gradient_clip_algorithm in (None, "norm")
+        if gradient_clip_val and by_norm and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+            torch.nn.utils.clip_grad_norm_(plugin.main_params(optimizer), gradient_clip_val)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_train_start(self) -> None:
         self.loss_scale = self._current_loss_scale()  # after a resume has restored the scaler's state

@@ -170,15 +170,19 @@ def epoch_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 
 class ValidationRecord(L.Callback):
     """Appends each validation's monitored metric to a JSON-lines file (<output-dir>/validation.jsonl), whatever the
-    logger: a plain record of the run, and what sweep.py reads to prune a trial while it runs."""
+    logger: a plain record of the run, and what sweep.py reads to prune a trial while it runs. `validation` counts
+    them from 1: the epoch's number, or with `every_steps` (--val-every) the step's multiple of it, so a resumed run's
+    count goes on and trials of a sweep compare at the same amount of training even when their batch sizes differ."""
 
-    def __init__(self, path: Path, monitor: str) -> None:
-        self.path, self.monitor = path, monitor
+    def __init__(self, path: Path, monitor: str, every_steps: int | None) -> None:
+        self.path, self.monitor, self.every_steps = path, monitor, every_steps
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         value = trainer.callback_metrics.get(self.monitor)
         if trainer.sanity_checking or not trainer.is_global_zero or value is None:
             return
-        record = {"epoch": trainer.current_epoch, "step": trainer.global_step, self.monitor: float(value)}
+        step = trainer.global_step
+        number = step // self.every_steps if self.every_steps else trainer.current_epoch + 1
+        record = {"validation": number, "epoch": trainer.current_epoch, "step": step, self.monitor: float(value)}
         with open(self.path, "a") as file:
             file.write(json.dumps(record) + "\n")

@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, parse_betas
 from .module import EngineModule
 from .task import AFRESH, RECORD, SCHEDULE, Task, saved_record
 
@@ -30,6 +30,7 @@ REFUSED = {
 HONOURED = {
     "lr": "the schedule continues at the new peak (the optimizer's and scheduler's saved rates are rescaled)",
     "weight_decay": "applies from the next step (it replaces the value saved in the optimizer state)",
+    "betas": "apply from the next step (they replace those saved in the optimizer state; its averages carry on)",
     "max_epochs": SCHEDULE,
     "max_steps": SCHEDULE,
     "warmup_fraction": SCHEDULE,
@@ -58,6 +59,8 @@ FREE = (
     "logger",
     "log_every_n_steps",
     "checkpoint_every",
+    "val_every",
+    "val_batches",
     "fast_dev_run",
     "profile",
 )
@@ -185,7 +188,8 @@ class RunRecord(Callback):
             current[key] = max(0, value + moved - done)
 
     def _rescale_optimizer(self, checkpoint: dict[str, Any], pl_module: L.LightningModule) -> None:
-        """The saved optimizer and scheduler states hold the old peak rate and weight decay; this run's replace them.
+        """The saved optimizer and scheduler states hold the old peak rate, weight decay and betas; this run's replace
+        them (betas only for an EngineModule's AdamW: a module of a team's own chose its optimizer's).
 
         The schedule's multipliers are functions, which are not saved: they are already this run's."""
         ours = pl_module.param_groups() if isinstance(pl_module, EngineModule) else None
@@ -195,5 +199,7 @@ class RunRecord(Callback):
                 # an EngineModule says which groups decay; otherwise those that decayed get the new value
                 decay = ours[i]["weight_decay"] if ours else self.cfg.weight_decay if group["weight_decay"] else 0.0
                 group.update(lr=group["lr"] * factor, initial_lr=self.cfg.lr, weight_decay=decay)
+                if ours:
+                    group["betas"] = parse_betas(self.cfg.betas)
             scheduler["_last_lr"] = [lr * factor for lr, factor in zip(scheduler["_last_lr"], scale, strict=True)]
             scheduler["base_lrs"] = [self.cfg.lr] * len(scale)

@@ -124,14 +124,14 @@ def _fit_and_test(
         said = task.summary(datamodule) if task.summary is not None else ""
         extra = f"{said}  " if said else ""
         print(
-            f"{monitored(task, metrics, best is not None, trainer.global_step)}  "
+            f"{monitored(task, metrics, best is not None, trainer.global_step, cfg.val_every)}  "
             f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "
             f"checkpoints: {last.parent.resolve()}"
         )
     return metrics
 
 
-def monitored(task: Task, metrics: dict[str, float], best: bool, step: int) -> str:
+def monitored(task: Task, metrics: dict[str, float], best: bool, step: int, val_every: int | None) -> str:
     """The summary's first words: the best (or last) monitored value, or why there is none."""
     if task.monitor in metrics:
         return f"{'best' if best else 'last'} {task.monitor}={metrics[task.monitor]:.4f}"
@@ -139,7 +139,8 @@ def monitored(task: Task, metrics: dict[str, float], best: bool, step: int) -> s
     logged = sorted(k for k in metrics if k.startswith(stage))
     if logged:  # validation ran, but the task logs its metric under another name
         return f"{task.monitor} was never logged (validation logged {', '.join(logged)}): no best checkpoint"
-    return f"no validation ran (training ended at step {step}, before the first epoch's end): no best checkpoint"
+    first = f"the first --val-every step, {val_every}" if val_every else "the first epoch's end"
+    return f"no validation ran (training ended at step {step}, before {first}): no best checkpoint"
 
 
 def run(task: Task, argv: list[str] | None = None) -> None:

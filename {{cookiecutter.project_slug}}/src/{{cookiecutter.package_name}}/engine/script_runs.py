@@ -36,7 +36,7 @@ def help_entries(text: str) -> dict[str, str]:
         else:
             current = None
     said = {flag: " ".join(words) for flag, words in entries.items()}
-    return {flag: re.sub(r"\(default: .*?\)|\[the task's default\]", "", why).strip() for flag, why in said.items()}
+    return {flag: re.sub(r"\(default: .*?\)|\[the task's default.*?\]", "", why).strip() for flag, why in said.items()}
 
 
 def warned(output: str, promise: str) -> list[str]:

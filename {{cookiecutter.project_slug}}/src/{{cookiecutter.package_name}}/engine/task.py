@@ -36,6 +36,19 @@ def saved_record(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
+@dataclass(frozen=True)
+class TaskDefault:
+    """A task's default for an engine option with its reason and source, which `--help` shows beside it."""
+
+    value: Any
+    why: str
+
+
+def default_value(given: Any) -> Any:
+    """A task's default as the option takes it: the value of a `TaskDefault`, or the value given plainly."""
+    return given.value if isinstance(given, TaskDefault) else given
+
+
 def first_dim(batch: Any) -> int:
     """Samples in a batch whose first element is a tensor with the batch first, as (inputs, targets) are."""
     first = batch[0] if isinstance(batch, list | tuple) else batch
@@ -75,8 +88,8 @@ class Task:
     # A convolutional network's declaration: the engine then converts `module.net` and its 4-D floating inputs to
     # NHWC (`--channels-last`, offered to such tasks only); elsewhere the layout means nothing
     channels_last: bool = False
-    # The task's own defaults for engine options ({"batch_size": 4, "lr": 1e-3}): shown in --help; a --config file
-    # and then the flags override them
+    # The task's own defaults for engine options ({"batch_size": 4, "lr": 1e-3}): shown in --help, with the reason of
+    # any given as TaskDefault(value, why); a --config file and then the flags override them
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,6 +112,11 @@ class Task:
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
         return model
+
+    @property
+    def default_values(self) -> dict[str, Any]:
+        """The task's defaults without their reasons: where its engine options start."""
+        return {name: default_value(given) for name, given in self.defaults.items()}
 
     @property
     def test_metric(self) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, EMAWeightAveraging, LearningRateMonitor
 from lightning.pytorch.plugins.environments import (
     ClusterEnvironment,
     LightningEnvironment,
@@ -36,6 +36,7 @@ from .resume import ExactResume
 from .sharding import FullyShard
 from .signals import StopOnSignal
 from .task import Task, first_dim
+from .validation import validate_every
 
 
 def block_types(net: nn.Module) -> set[type[nn.Module]]:
@@ -134,10 +135,17 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
             monitor=monitor,
             mode=mode,
         ),
-        # last.ckpt after every epoch, improved or not: what --resume last continues from.
-        RunCheckpoint(dirpath=checkpoints, filename="last", enable_version_counter=False),
+        # last.ckpt after every epoch, improved or not: what --resume last continues from. With --val-every too, where
+        # Lightning would save it after each validation instead, missing the steps after the last one (and a save per
+        # validation is --checkpoint-every's to decide)
+        RunCheckpoint(
+            dirpath=checkpoints,
+            filename="last",
+            enable_version_counter=False,
+            save_on_train_epoch_end=True if cfg.val_every else None,
+        ),
         # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
-        PeriodicCheckpoint(last_path(cfg.output_dir), every_steps, every_seconds, cfg.log_every_n_steps),
+        PeriodicCheckpoint(last_path(cfg.output_dir), every_steps, every_seconds, cfg.log_every_n_steps, cfg.val_every),
         StopOnSignal(last_path(cfg.output_dir)),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
         ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
         MetricStateResume(),  # and the epoch metrics it would report (the counts so far, on every rank)
@@ -150,7 +158,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
             every_n_steps=cfg.log_every_n_steps,
         ),
         progress(cfg.log_every_n_steps),
-        ValidationRecord(Path(cfg.output_dir) / "validation.jsonl", monitor),
+        ValidationRecord(Path(cfg.output_dir) / "validation.jsonl", monitor, cfg.val_every),
         RunPromises(),  # a warning line when the task breaks a speed promise at run time (promises.py)
         # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
         *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
@@ -184,6 +192,10 @@ def build_trainer(
         max_epochs=cfg.max_epochs,
         max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
+        # --val-every: in batches for Lightning's bookkeeping (validation.py decides by optimizer steps), across epochs
+        val_check_interval=cfg.val_every * cfg.accumulate_grad_batches if cfg.val_every else 1.0,
+        check_val_every_n_epoch=None if cfg.val_every else 1,
+        limit_val_batches=cfg.val_batches or 1.0,
         gradient_clip_val=cfg.gradient_clip_val or None,
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
@@ -200,7 +212,10 @@ def build_trainer(
     tips = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, _NoAdverts) for f in tips.filters):
         tips.addFilter(_NoAdverts())
-    return L.Trainer(**kwargs)
+    trainer = L.Trainer(**kwargs)
+    if cfg.val_every and not cfg.fast_dev_run:  # --fast-dev-run validates its one step
+        validate_every(trainer, cfg.val_every)
+    return trainer
 
 
 def measuring_trainer(
@@ -212,7 +227,7 @@ def measuring_trainer(
     **overrides: Any,
 ) -> L.Trainer:
     """The usual Trainer and callbacks, minus checkpoints and validation: what --profile and bench.py time."""
-    callbacks = [c for c in build_callbacks(cfg, task) if not isinstance(c, ModelCheckpoint)]
+    callbacks = [c for c in build_callbacks(cfg, task) if not isinstance(c, Checkpoint)]
     return build_trainer(
         cfg,
         hw,

@@ -196,15 +196,17 @@ class Sweep:
         self, trial: optuna.Trial, process: subprocess.Popen[bytes], record: Path, reported: dict[int, float]
     ) -> bool:
         """Report each validation as it is written (a continued trial's earlier ones too: they are its history), beat
-        the heartbeat, and stop the trial once hopeless, by the SIGTERM on which it saves. Whether it was pruned."""
+        the heartbeat, and stop the trial once hopeless, by the SIGTERM on which it saves. Whether it was pruned.
+
+        A validation is known by its number (monitors.ValidationRecord): the epoch's, or the multiple of --val-every."""
         pruned, beaten = False, time.time()
         while True:
             done = process.poll() is not None
             lines = record.read_text().splitlines() if record.is_file() else []
             for entry in map(json.loads, filter(None, lines)):
-                if self.metric in entry and entry["epoch"] not in reported:
-                    reported[entry["epoch"]] = float(entry[self.metric])
-                    trial.report(reported[entry["epoch"]], step=entry["epoch"])
+                if self.metric in entry and entry["validation"] not in reported:
+                    reported[entry["validation"]] = float(entry[self.metric])
+                    trial.report(reported[entry["validation"]], step=entry["validation"])
                     trial.set_user_attr("steps", entry["step"])
             if not pruned and not done and self.signum is None and reported and trial.should_prune():
                 pruned = True

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from ...bench.harness import Clock, Setting, Spec, Timing, prepare, time_fit
 from ...bench.loaders import TIMED_BATCHES, Row, samples_per_second, worker_counts
-from ...engine import HALF, Config, Hardware, build_trainer
+from ...engine import HALF, Config, Hardware, build_trainer, parse_betas
 from .config import ImageOptions
 from .data import ImageDataModule
 from .decoding import torchcodec_available
@@ -140,7 +140,7 @@ def run_plain(spec: ImageSpec, setting: Setting, output_dir: Path) -> Timing:
         {"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
         {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=parse_betas(cfg.betas), fused=device.type == "cuda")
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=spec.warmup + spec.steps)
     half = HALF.get(hw.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=half is torch.float16)

@@ -38,6 +38,7 @@ class ImageClassifier(EngineModule):
         interpolation: str | None = None,
         lr: float = 2e-3,
         weight_decay: float = 0.05,
+        betas: Sequence[float] = (0.9, 0.999),
         warmup_fraction: float = 0.05,
         backbone_lr_scale: float = 0.1,
         freeze_epochs: int = 1,
@@ -50,7 +51,7 @@ class ImageClassifier(EngineModule):
         weights themselves are loaded by from_config, so loading a checkpoint never downloads anything.
         mean/std (0-255 scale), crop_pct and interpolation: unset = the pretrained weights' own (ImageNet's without)."""
         super().__init__()
-        class_names = list(class_names)  # saved as a plain list, so checkpoints load with weights_only=True
+        class_names, betas = list(class_names), list(betas)  # plain lists: checkpoints load with weights_only=True
         own = preprocessing(model if pretrained else None)
         mean, std = list(mean or own["mean"]), list(std or own["std"])
         crop_pct, interpolation = crop_pct or own["crop_pct"], interpolation or own["interpolation"]

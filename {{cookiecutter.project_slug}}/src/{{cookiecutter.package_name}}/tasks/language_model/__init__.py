@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...engine import AFRESH, Config, ConfigError, Task, saved_record
+from ...engine import AFRESH, Config, ConfigError, Task, TaskDefault, saved_record
 from .config import LanguageOptions
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -84,6 +84,17 @@ def summary(datamodule: Any) -> str:
     return f"floor={datamodule.floor:.4f}" if getattr(datamodule, "floor", None) is not None else ""
 
 
+# GPT-2's recipe for the engine's optimizer options: nanoGPT's and llm.c's, with which both train GPT-2 124M
+SOURCES = "nanoGPT's train.py, llm.c's train_gpt2"
+GPT2_RECIPE = {
+    "lr": TaskDefault(6e-4, f"GPT-2 124M's peak rate ({SOURCES}: run_gpt2_124M.sh -l 0.0006)"),
+    "weight_decay": TaskDefault(0.1, f"GPT-2's ({SOURCES}: run_gpt2_124M.sh -c 0.1)"),
+    "betas": TaskDefault("0.9,0.95", f"GPT-2's: beta2 0.95 forgets a gradient spike sooner than 0.999 ({SOURCES})"),
+    "gradient_clip_val": TaskDefault(
+        1.0, f"GPT-2's: a rare huge gradient enters AdamW's averages at norm 1 at most ({SOURCES})"
+    ),
+}
+
 TASK = Task(
     name="the language model",
     options=LanguageOptions,
@@ -110,4 +121,5 @@ TASK = Task(
     free_on_resume=("data_dir",),  # checked by check_resume: the same number of training sequences
     check_resume=check_resume,
     summary=summary,
+    defaults=GPT2_RECIPE,
 )

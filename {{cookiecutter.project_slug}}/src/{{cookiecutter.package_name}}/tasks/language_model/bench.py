@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ...bench.harness import Clock, Spec, Timing, prepare, time_fit
-from ...engine import Config, Hardware, no_decay_names, run_hparams, warmup_cosine
+from ...engine import Config, Hardware, no_decay_names, parse_betas, run_hparams, warmup_cosine
 from . import TASK
 from .config import SIZES
 from .gpt import GPT
@@ -47,7 +47,9 @@ class LMSpec(Spec):
     vocab_size: int
 
     def config(self, setting: LMSetting, output_dir: Path) -> Config:
+        """train.py's options for this setting: the task's recipe (GPT-2's AdamW and clipping) included."""
         return Config(
+            **TASK.default_values,
             accelerator=self.device,
             devices="1",
             strategy="fsdp" if setting.fsdp_ac else "auto",
@@ -112,8 +114,8 @@ def run_lightning(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
 
 
 def run_plain(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
-    """The same network, batches, optimizer groups, schedule, precision and compile, hand-written the way a careful
-    PyTorch user would (nanoGPT's loop): no host-device synchronization inside the timed steps."""
+    """The same network, batches, optimizer (groups, betas, clipping), schedule, precision and compile, hand-written
+    the way a careful PyTorch user would (nanoGPT's loop): no host-device synchronization inside the timed steps."""
     cfg = spec.config(setting, output_dir)
     hw = prepare(cfg, fsdp2=TASK.fsdp2, channels_last=TASK.channels_last)
     device = torch.device(spec.device)
@@ -127,7 +129,7 @@ def run_plain(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
         {"params": [p for n, p in net.named_parameters() if n not in no_decay], "weight_decay": cfg.weight_decay},
         {"params": [p for n, p in net.named_parameters() if n in no_decay], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=parse_betas(cfg.betas), fused=device.type == "cuda")
     total = spec.warmup + spec.steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total, int(cfg.warmup_fraction * total)))
     autocast = torch.autocast(device.type, torch.bfloat16) if hw.precision == "bf16-mixed" else nullcontext()
@@ -137,6 +139,8 @@ def run_plain(spec: LMSpec, setting: LMSetting, output_dir: Path) -> Timing:
         with autocast:
             loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
         loss.backward()
+        if cfg.gradient_clip_val:  # as nanoGPT clips, and the engine does before its optimizer step
+            torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.gradient_clip_val)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()

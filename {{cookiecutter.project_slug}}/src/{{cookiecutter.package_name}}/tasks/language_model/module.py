@@ -3,6 +3,7 @@ AdamW without decay on norms, biases and embeddings, and warm-up + cosine come f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,16 @@ class LanguageModel(EngineModule):
         tokenizer: str = "bytes",
         lr: float = 6e-4,
         weight_decay: float = 0.1,
+        betas: Sequence[float] = (0.9, 0.95),
         warmup_fraction: float = 0.05,
         compile: bool = False,
         compile_mode: str = "default",
     ) -> None:
         """`positions`: the longest input the network takes (its position embeddings); `context`: the training
-        sequence length, at most that. `tokenizer`: its spec, saved beside the hparams in every checkpoint."""
+        sequence length, at most that. `tokenizer`: its spec, saved beside the hparams in every checkpoint. lr,
+        weight_decay and betas: GPT-2's recipe, the task's defaults (TASK in __init__.py)."""
         super().__init__()
+        betas = list(betas)  # a plain list: hparams.yaml and checkpoints loaded with weights_only=True take it
         self.save_hyperparameters(ignore=["tokenizer"])  # a tokenizer.json is megabytes: not for the loggers
         self.tokenizer = Tokenizer(tokenizer)
         self.net = GPT(vocab_size, layers, heads, width, positions, dropout)
