@@ -63,3 +63,33 @@ def train(toy: ModuleType, argv: list[str]) -> dict[str, Any]:
 def run_toy(my_task: Path, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
     """`python my_task.py ARGS` in a fresh process, from the folder that holds it (options: conftest.run_script's)."""
     return run_script(my_task, *args, cwd=my_task.parent, **options)
+
+
+# my_task.py with one more callback, which signals the run's own process group (it leads one, as a job step does) at
+# the moment a test chooses: a scheduler's SIGTERM, landing exactly there
+SIGNALS_ITSELF = """
+import importlib.util, os, signal, sys
+import lightning as L
+from {{ cookiecutter.package_name }}.engine import main
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
+
+class SignalHere(L.Callback):
+    def {hook}:
+        if {condition}:
+            os.killpg(os.getpgid(0), signal.SIGTERM)
+
+spec = importlib.util.spec_from_file_location("my_task", {program!r})
+task = importlib.util.module_from_spec(spec)
+sys.modules["my_task"] = task
+spec.loader.exec_module(task)
+build_callbacks = trainer_module.build_callbacks
+trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SignalHere()]
+main(task.TASK, sys.argv[1:])
+"""
+
+
+def signalling_task(script: Path, my_task: Path, hook: str, condition: str) -> Path:
+    """`script`: my_task.py sending SIGTERM to its process group in callback `hook` (its signature) when `condition`
+    holds; run it with `run_toy(script, ..., new_session=True)`."""
+    script.write_text(SIGNALS_ITSELF.format(program=str(my_task), hook=hook, condition=condition))
+    return script

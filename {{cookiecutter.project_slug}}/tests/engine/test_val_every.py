@@ -16,32 +16,10 @@ import pytest
 import torch
 from conftest import ROOT, run_script
 
-from .conftest import TOY, run_toy, train
+from .conftest import TOY, run_toy, signalling_task, train
 
 # 192 samples in batches of 8: 24 steps an epoch, so the run ends inside its first. Validation: 48 samples, 6 batches.
 BUDGET = ["--samples=192", "--max-steps=12", "--val-every=4", "--val-batches=2"]
-
-# The toy task, signalling its own process group (it leads one) at the end of optimizer step STEP. The stop is agreed
-# on at the next step's end, and taken after any validation due there.
-SIGNALS_ITSELF = """
-import importlib.util, os, signal, sys
-import lightning as L
-from {package}.engine import main
-from {package}.engine import trainer as trainer_module
-
-class SigtermAfterStep(L.Callback):
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == {step}:
-            os.killpg(os.getpgid(0), signal.SIGTERM)
-
-spec = importlib.util.spec_from_file_location("my_task", {program!r})
-task = importlib.util.module_from_spec(spec)
-sys.modules["my_task"] = task
-spec.loader.exec_module(task)
-build_callbacks = trainer_module.build_callbacks
-trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SigtermAfterStep()]
-main(task.TASK, sys.argv[1:])
-"""
 
 
 def records(run: Path) -> list[dict[str, Any]]:
@@ -133,9 +111,10 @@ def test_sigterm_between_or_at_validations_then_resume_last_ends_as_the_uninterr
 ) -> None:
     """Saved after step 7, between the validations after steps 4 and 8; or after step 8 and its validation, which
     the resumed run must neither lose nor run again."""
-    script = tmp_path / "signals_itself.py"
-    package = "{{ cookiecutter.package_name }}"
-    script.write_text(SIGNALS_ITSELF.format(package=package, program=str(my_task), step=signalled_after))
+    # SIGTERM at the end of step `signalled_after`: the stop is agreed on at the next step's end, and taken after any
+    # validation due there
+    hook = "on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx)"
+    script = signalling_task(tmp_path / "signals_itself.py", my_task, hook, f"trainer.global_step == {signalled_after}")
     run = tmp_path / "run"
     stopped = run_toy(script, *TOY, *BUDGET, f"--output-dir={run}", new_session=True)
     assert stopped.returncode == 143, stopped.stderr[-3000:]

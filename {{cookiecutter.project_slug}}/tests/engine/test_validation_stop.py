@@ -11,28 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from .conftest import run_toy
-
-# The toy task, signalling its own process group (it leads one) at the first validation batch of the first epoch.
-SIGNALS_ITSELF = """
-import importlib.util, os, signal, sys
-import lightning as L
-from {package}.engine import main
-from {package}.engine import trainer as trainer_module
-
-class SigtermInValidation(L.Callback):
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        if not trainer.sanity_checking and trainer.current_epoch == 0 and batch_idx == 0:
-            os.killpg(os.getpgid(0), signal.SIGTERM)
-
-spec = importlib.util.spec_from_file_location("my_task", {program!r})
-task = importlib.util.module_from_spec(spec)
-sys.modules["my_task"] = task
-spec.loader.exec_module(task)
-build_callbacks = trainer_module.build_callbacks
-trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SigtermInValidation()]
-main(task.TASK, sys.argv[1:])
-"""
+from .conftest import run_toy, signalling_task
 
 
 def outcome(result: subprocess.CompletedProcess[str], run: Path) -> tuple[str, list[str]]:
@@ -49,9 +28,10 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
     straight = run_toy(my_task, *args, f"--output-dir={tmp_path / 'straight'}")
     assert straight.returncode == 0, straight.stderr[-3000:]
 
-    script = tmp_path / "signals_itself.py"
-    package = "{{ cookiecutter.package_name }}"
-    script.write_text(SIGNALS_ITSELF.format(package=package, program=str(my_task)))
+    # at the first validation batch of the first epoch
+    first_validation = "not trainer.sanity_checking and trainer.current_epoch == 0 and batch_idx == 0"
+    hook = "on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0)"
+    script = signalling_task(tmp_path / "signals_itself.py", my_task, hook, first_validation)
     stopped = run_toy(script, *args, f"--output-dir={tmp_path / 'stopped'}", new_session=True)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert list((tmp_path / "stopped" / "checkpoints").glob("best-epoch000-*.ckpt")), "the first validation finished"
