@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...engine import ConfigError
-from .gpt import GPT, load_hf_gpt2
+from ...engine import ConfigError, partial_path
+from .gpt import GPT
+from .sampling import load_pretrained
 from .tokenizer import END_OF_TEXT, Tokenizer
 
 CONV1D = ("c_attn.weight", "c_fc.weight", "c_proj.weight")
@@ -76,7 +77,7 @@ def hf_weights(net: GPT) -> dict[str, Tensor]:
     return weights
 
 
-def hf_config(net: GPT, eot: int) -> dict[str, object]:
+def gpt2_config(net: GPT, eot: int) -> dict[str, object]:
     return {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],
@@ -109,12 +110,12 @@ def export_hf(net: GPT, tokenizer: Tokenizer, folder: Path) -> float:
         raise ConfigError("output", f"{folder} exists; give a folder that does not exist yet")
     if not folder.parent.is_dir():
         raise ConfigError("output", f"the folder {folder.parent} does not exist")
-    partial = folder.with_name(f".{folder.name}.partial{os.getpid()}")
+    partial = partial_path(folder, str(os.getpid()))
     shutil.rmtree(partial, ignore_errors=True)
     try:
         partial.mkdir()
         save_file(hf_weights(net), str(partial / "model.safetensors"), metadata={"format": "pt"})
-        (partial / "config.json").write_text(json.dumps(hf_config(net, tokenizer.eot), indent=2) + "\n")
+        (partial / "config.json").write_text(json.dumps(gpt2_config(net, tokenizer.eot), indent=2) + "\n")
         (partial / "tokenizer.json").write_text(tokenizer.spec if tokenizer.hf is not None else bytes_tokenizer_json())
         diff = read_back_difference(net, partial)
         if not diff <= TOLERANCE:
@@ -128,9 +129,9 @@ def export_hf(net: GPT, tokenizer: Tokenizer, folder: Path) -> float:
 
 
 def read_back_difference(net: GPT, folder: Path) -> float:
-    """The folder loaded as `generate.py --pretrained` loads it, on a probe batch of every position."""
-    again = GPT(net.vocab_size, net.layers, net.heads, net.width, net.context)
-    load_hf_gpt2(again, folder)
+    """The folder loaded by `generate.py --pretrained`'s own loader (config, tokenizer and weights), on a probe batch
+    of every position."""
+    again, _ = load_pretrained(str(folder), None)
     probe = torch.randint(0, net.vocab_size, (2, net.context), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours, theirs = net.eval()(probe)[..., : net.vocab_size], again.eval()(probe)[..., : net.vocab_size]
