@@ -14,3 +14,9 @@ for other in (p.name for p in TASKS.iterdir() if p.is_dir() and p.name not in (T
 if Path("_variants", TASK).is_dir():
     shutil.copytree(Path("_variants", TASK), ".", dirs_exist_ok=True)
 shutil.rmtree("_variants")
+
+# One dependency bot: two would open every update twice.
+BOT_CONFIGS = {"renovate": Path("renovate.json"), "dependabot": Path(".github", "dependabot.yml")}
+for bot, config in BOT_CONFIGS.items():
+    if bot != "{{ cookiecutter.dependency_bot }}":
+        config.unlink()

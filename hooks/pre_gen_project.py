@@ -21,6 +21,7 @@ SUPPORTED_PYTHON = ("3.10", "3.11", "3.12", "3.13")  # what torch, lightning and
 DEPENDENCIES = {"torch", "torchvision", "lightning", "torchmetrics", "numpy", "pyyaml", "rich", "tensorboard", "pillow"}
 DEPENDENCIES |= {"timm", "torchcodec", "safetensors", "onnx", "onnxruntime", "onnxscript", "tokenizers", "transformers"}
 DEPENDENCIES |= {"pytest", "ruff", "mypy", "types-pyyaml", "optuna", "matplotlib", "psycopg", "psycopg-binary"}
+DEPENDENCIES |= {"litdata", "boto3", "moto"}
 # Top-level modules the project or its dependencies import; a package of that name would be imported instead.
 # (`test` is the standard library's own test package, which sys.stdlib_module_names leaves out.)
 IMPORTED = {"torch", "torchvision", "lightning", "lightning_utilities", "pytorch_lightning", "torchmetrics", "numpy"}
@@ -28,12 +29,14 @@ IMPORTED |= {"yaml", "PIL", "rich", "tensorboard", "triton", "sympy", "fsspec", 
 IMPORTED |= {"tqdm", "jinja2", "filelock", "networkx", "pytest", "mypy", "ruff", "test"}
 IMPORTED |= {"timm", "torchcodec", "safetensors", "huggingface_hub", "onnx", "onnxruntime", "onnxscript"}
 IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg", "tokenizers", "transformers"}
+IMPORTED |= {"litdata", "boto3", "botocore", "moto", "obstore"}
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
+IMPORTED |= {"prepare_data", "streaming_runs", "compile_cache_startup", "template_update"}
 # tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
 IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
-IMPORTED |= {"recompiling"}
+IMPORTED |= {"recompiling", "template_update"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)
@@ -41,6 +44,9 @@ if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the
 # project's 120-column lint; a longer name would make the team's first CI run red.
 MAX_PACKAGE = 64
 DIST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 names
+# The cooldown is written into uv's, pip's, Renovate's and Dependabot's settings; Dependabot takes 1 to 90 days.
+MAX_COOLDOWN = 90
+BOTS = ("renovate", "dependabot")
 
 
 def problem() -> str | None:
@@ -63,6 +69,11 @@ def problem() -> str | None:
         return f"task: {ANSWERS['task']!r} is not a task this template ships; choose one of {', '.join(TASKS)}"
     if PYTHON not in SUPPORTED_PYTHON:
         return f"python_version: {PYTHON!r} is not supported; choose one of {', '.join(SUPPORTED_PYTHON)}"
+    cooldown = str(ANSWERS.get("cooldown_days", "7"))
+    if not (re.fullmatch(r"0|[1-9][0-9]*", cooldown) and int(cooldown) <= MAX_COOLDOWN):
+        return f"cooldown_days: {cooldown!r} is not a whole number of days from 0 (no cooldown) to {MAX_COOLDOWN}"
+    if ANSWERS.get("dependency_bot", BOTS[0]) not in BOTS:
+        return f"dependency_bot: {ANSWERS['dependency_bot']!r} is not offered; choose one of {', '.join(BOTS)}"
     for name in ("description", "author"):
         if re.search(r'["\\\x00-\x1f]', ANSWERS[name]):
             return f"{name}: {ANSWERS[name]!r} goes into pyproject.toml: no double quotes, backslashes or line breaks"

@@ -71,9 +71,13 @@ def test_every_task_choice_is_a_task_folder_which_the_hooks_folder_rule_reads() 
     assert folders == {task.replace("-", "_") for task in CHOICES["task"]}
 
 
-def expected_files(task: str) -> set[str]:
+BOT_CONFIGS = {"renovate": "renovate.json", "dependabot": ".github/dependabot.yml"}
+
+
+def expected_files(task: str, bot: str) -> set[str]:
     """The template's files as the post-gen hook's folder rule leaves them for `task`: every other task's folders
-    (src/<package>/tasks/<name>/, tests/<name>/) left out, and _variants/<task>/ copied over the root; names unrendered."""
+    (src/<package>/tasks/<name>/, tests/<name>/) left out, and _variants/<task>/ copied over the root; names unrendered.
+    Only the chosen dependency bot's config stays."""
     source = TEMPLATE / "{{cookiecutter.project_slug}}"
     others = [t.replace("-", "_") for t in CHOICES["task"] if t != task]
     left_out = [f"src/{{{{cookiecutter.package_name}}}}/tasks/{o}/" for o in others] + [f"tests/{o}/" for o in others]
@@ -82,7 +86,7 @@ def expected_files(task: str) -> set[str]:
         f.removeprefix(variants)
         for f in files(source)
         if not f.startswith(tuple(left_out)) and (not f.startswith("_variants/") or f.startswith(variants))
-    }
+    } - {config for other, config in BOT_CONFIGS.items() if other != bot}
 
 
 def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Row, Path]) -> None:
@@ -90,7 +94,8 @@ def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Ro
     # names are rendered. The other tasks' folders are left out, and the task's _variants/ replace shared files.
     answers, project = baked
     package = answers["project_name"].lower().replace(" ", "_")
-    expected = {f.replace("{{cookiecutter.package_name}}", package) for f in expected_files(answers["task"])}
+    left = expected_files(answers["task"], answers["dependency_bot"])
+    expected = {f.replace("{{cookiecutter.package_name}}", package) for f in left}
     assert files(project) == expected
     assert "_variants" not in {p.name for p in project.iterdir()}
     for extra in (".pre-commit-config.yaml", ".github/workflows/ci.yml", ".github/workflows/gpu.yml", "Dockerfile"):

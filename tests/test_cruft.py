@@ -77,7 +77,8 @@ def test_cruft_update_brings_a_template_change_and_keeps_the_users_edit(
     assert code == 0, out
     assert f"A template improvement for {name}." in (project / "README.md").read_text()
     assert not (project / "_variants").exists()
-    assert f"tasks.{task.replace('-', '_')} import TASK" in (project / "train.py").read_text()
+    commands = project / "src" / name.lower().replace(" ", "_") / "commands"  # what train.py runs
+    assert f"tasks.{task.replace('-', '_')} import TASK" in (commands / "train.py").read_text()
     assert quickstart.read_text().endswith("seed: 7  # the user's own edit\n")
     assert json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]["logger"] == "csv"
     code, out = cruft(project, "check")

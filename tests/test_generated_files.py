@@ -32,15 +32,18 @@ def test_pre_commit_fixes_lint_first_then_formats(project: Path) -> None:
     assert [(h["id"], h.get("args", [])) for h in repo["hooks"]] == [("ruff-check", ["--fix"]), ("ruff-format", [])]
 
 
-def test_ci_runs_lint_types_and_tests_on_cpu_with_a_pip_cache(project: Path) -> None:
+def test_ci_installs_with_uv_within_the_cooldown_then_runs_lint_types_and_tests(project: Path) -> None:
     triggers, job, steps = workflow(project, "ci.yml")
     assert {"push", "pull_request"} <= set(triggers)
-    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python"))
-    assert setup["with"]["python-version"] == "3.12" and setup["with"]["cache"] == "pip"
+    setup = next(s for s in steps if s.get("uses", "").startswith("astral-sh/setup-uv"))
+    assert setup["with"]["python-version"] == "3.12" and setup["with"]["enable-cache"] is True
+    assert re.fullmatch(r"\d+\.\d+\.\d+", setup["with"]["version"]), "uv pinned, not the newest"
     commands = " | ".join(s.get("run", "") for s in steps)
-    for command in ("whl/cpu", 'pip install -e ".[dev,export]"', "ruff check", "ruff format --check", "mypy"):
+    assert "if [ -f uv.lock ]; then uv sync --locked" in commands, "exactly the committed lock, once there is one"
+    assert "pip install" not in commands, "every install goes through pyproject.toml's cooldown"
+    for command in ("ruff check", "ruff format --check", "mypy"):
         assert command in commands
-    assert "pip-audit --skip-editable" in commands, "a dependency audit of what was installed"
+    assert "pip-audit --disable-pip --require-hashes" in commands, "a dependency audit of what was installed"
     assert "python -m pytest |" in commands + " |" and "python -m pytest -m slow" in commands
     assert job["runs-on"] == "ubuntu-latest"
 
@@ -77,8 +80,9 @@ def test_dockerfile_builds_on_nvidia_pytorch_and_never_reinstalls_its_torch(proj
     text = (project / "Dockerfile").read_text()
     assert re.search(r"^ARG BASE=nvcr\.io/nvidia/pytorch:\d\d\.\d\d-py3$", text, re.MULTILINE)
     assert re.search(r"^FROM \$\{BASE\}$", text, re.MULTILINE)
-    installs = re.findall(r"pip install[^\n]*", text)
+    installs = [i for i in re.findall(r"pip install[^\n]*", text) if not re.search(r"pip==[\d.]+$", i)]
     assert installs and all("-c /etc/torch-constraints.txt" in i or "--no-deps" in i for i in installs)
+    assert re.search(r"^ENV PIP_UPLOADED_PRIOR_TO=P7D$", text, re.MULTILINE), "pip's side of the cooldown"
     assert "grep -E '^(torch|torchvision)=='" in text
     assert not [i for i in installs if {"torch", "torchvision"} & set(i.split())]
 

@@ -41,6 +41,7 @@ IMAGE_ANSWER_INDEPENDENT = [
         "test_resume_changes.py",
         "test_bench.py",
         "test_sweep.py",
+        "test_streaming.py",
         # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
         "gpu",
     )
@@ -50,6 +51,7 @@ IMAGE_ANSWER_INDEPENDENT = [
 # multi-process files a part of their own), the image task's stop-and-resume files, and the sweep's (a few minutes of
 # train.py subprocesses) are parts of their own.
 ENGINE_PROCESSES = ["engine/test_stops.py", "engine/test_distributed.py", "engine/test_multinode.py"]
+ENGINE_PROCESSES += ["engine/test_compile_cache.py", "engine/test_muon.py"]
 IMAGE_STOPS_AND_RESUMES = [
     f"image_classification/{name}"
     for name in (
@@ -62,19 +64,24 @@ IMAGE_STOPS_AND_RESUMES = [
     )
 ]
 SWEEP = ["image_classification/test_sweep.py"]
+# streaming from LitData chunks on a local S3 server, stopped and resumed on 1 device, 2 ranks and 2 nodes
+IMAGE_STREAMING = ["image_classification/test_streaming.py"]
+LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
 SUITES = {  # id: (answers, files left out, the only files run, minutes measured on 2 cores: conftest.py deals by it)
-    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP], [], 6),
+    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 6),
     "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 8),
-    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 5),
+    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 8),
     "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
     "defaults-sweep": ({}, [], SWEEP, 4),
+    "defaults-streaming": ({}, [], IMAGE_STREAMING, 10),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
-    "language-model": (LM, [ENGINE], [], 7),
+    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 7),
+    "language-model-streaming": (LM, [], LM_STREAMING, 3),
     # the engine's suite in the language model's bake too: what a team there runs is proven there, not by proxy
     "language-model-engine": (LM, ENGINE_PROCESSES, ["engine"], 9),
-    "language-model-engine-processes": (LM, [], ENGINE_PROCESSES, 5),
+    "language-model-engine-processes": (LM, [], ENGINE_PROCESSES, 8),
 }
 
 

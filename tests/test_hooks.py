@@ -34,11 +34,16 @@ BAD_ANSWERS = [
     ({"package_name": "mlflow", "logger": "mlflow"}, "package_name: 'mlflow' would shadow a module the project needs"),
     ({"description": 'A "quoted" word'}, "description: 'A \"quoted\" word' goes into pyproject.toml"),
     ({"author": "Ann\\Bob"}, "author: 'Ann\\\\Bob' goes into pyproject.toml"),
+    ({"cooldown_days": "7 days"}, "cooldown_days: '7 days' is not a whole number of days from 0 (no cooldown) to 90"),
+    ({"cooldown_days": "-1"}, "cooldown_days: '-1' is not a whole number of days"),
+    ({"cooldown_days": "91"}, "cooldown_days: '91' is not a whole number of days"),  # Dependabot's limit is 90
+    ({"cooldown_days": "07"}, "cooldown_days: '07' is not a whole number of days"),  # YAML would read 010 as 8
 ]
 # Prompts and --no-input overrides only offer cookiecutter.json's choices; a replay file is taken as written.
 REPLAYED = [
     ({"python_version": "3.9"}, "python_version: '3.9' is not supported; choose one of 3.10, 3.11, 3.12, 3.13"),
     ({"task": "segmentation"}, "task: 'segmentation' is not a task this template ships; choose one of image-classi"),
+    ({"dependency_bot": "snyk"}, "dependency_bot: 'snyk' is not offered; choose one of renovate, dependabot"),
 ]
 
 

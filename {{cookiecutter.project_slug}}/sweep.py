@@ -4,10 +4,7 @@
 
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import set_up_warnings
-from {{ cookiecutter.package_name }}.sweep.run import main
-from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
+from {{ cookiecutter.package_name }}.commands.sweep import cli
 
 if __name__ == "__main__":
-    set_up_warnings()
-    main(TASK, Path(__file__).with_name("train.py"))
+    cli(Path(__file__).with_name("train.py"))

@@ -4,55 +4,12 @@ python generate.py --checkpoint outputs/checkpoints/last.ckpt --prompt "Once upo
 python generate.py --pretrained gpt2/ --prompt "Hello" --top-k 1 --output samples.jsonl
 """
 
-from __future__ import annotations
+from {{ cookiecutter.package_name }}.commands.generate import (
+    cli,
+    main,
+)
 
-import json
-from pathlib import Path
-
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
-from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
-
-DESCRIPTION = "Generate text with a checkpoint of train.py or GPT-2 weights. Every default is shown with its reason."
-
-
-def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)
-    import torch
-
-    from {{ cookiecutter.package_name }}.engine import write_text
-    from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
-        fit_new_tokens,
-        load_checkpoint,
-        load_pretrained,
-        prompt_tokens,
-        sample,
-    )
-
-    try:
-        if opts.accelerator == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("accelerator", "cuda asked for, but no CUDA GPU is visible; use cpu or auto")
-        if opts.output is not None and not Path(opts.output).resolve().parent.is_dir():
-            raise ConfigError("output", f"the folder of {opts.output} does not exist")
-        if opts.checkpoint is not None:
-            net, tokenizer = load_checkpoint(opts.checkpoint)
-        else:
-            net, tokenizer = load_pretrained(str(opts.pretrained), opts.tokenizer)
-        prompt = prompt_tokens(opts, net, tokenizer)
-        opts = fit_new_tokens(opts, net, prompt)
-    except ConfigError as err:
-        fail(str(err))
-    cuda = opts.accelerator == "cuda" or (opts.accelerator == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if cuda else "cpu")
-    samples = sample(net.to(device), prompt, opts, tokenizer.eot, device)
-    records: list[dict[str, object]] = []
-    for number, tokens in enumerate(samples, 1):
-        text = tokenizer.decode(tokens)
-        records.append({"prompt": opts.prompt, "text": text, "tokens": tokens})
-        print(f"--- sample {number} ---\n{opts.prompt}{text}", flush=True)
-    if opts.output is not None:
-        write_text(Path(opts.output), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    return records
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    main()
+    cli()

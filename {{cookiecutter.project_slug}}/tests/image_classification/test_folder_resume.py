@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 import train
@@ -40,6 +41,8 @@ def test_ctrl_c_mid_epoch_then_resume_ends_with_the_weights_and_metrics_of_an_un
     running = record_running_accuracy(monkeypatch)
     expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'whole'}"])
     monkeypatch.undo()
+    saved = yaml.safe_load((tmp_path / "whole" / "config.yaml").read_text())
+    assert saved["data_dir"] == str(data) and "train_samples" not in saved, "what folder data reads, and only that"
 
     at = telling_step(running)
     interrupt_at(monkeypatch, at, "ctrl-c")

@@ -18,6 +18,7 @@ def test_fast_dev_run_end_to_end_as_a_user_runs_it(tiny_args: list[str], tmp_pat
     assert "test/acc=" in result.stdout
     assert "val/acc=nan" not in result.stdout and "throughput=n/a" not in result.stdout  # one step has a speed too
     assert saved["image_size"] == 16 and saved["fast_dev_run"] is True
+    assert "data_dir" not in saved and "decode" not in saved, "options synthetic data does not read"
 
 
 def test_a_log_file_gets_the_hardware_first_plain_progress_lines_and_epoch_summaries(

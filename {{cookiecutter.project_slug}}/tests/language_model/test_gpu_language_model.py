@@ -122,3 +122,14 @@ def test_gpu_generation_agrees_with_the_cpu_within_bf16_tolerance(tmp_path: Path
         with torch.autocast("cuda", torch.bfloat16):
             got = net.to(gpu)(sequence.to(gpu)).float().cpu()
     torch.testing.assert_close(got, expected, atol=0.15, rtol=0.02)
+
+
+def test_muon_steps_with_a_fused_adamw_for_the_rest_and_clips_in_bf16(tiny_args: list[str], tmp_path: Path) -> None:
+    done = run_train(*tiny_args, *GPU, "--optimizer=muon", "--max-steps=20", "--val-every=10")
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    groups = saved["optimizer_states"][0]["param_groups"]
+    assert any("ns_steps" in g for g in groups), "Muon holds the hidden matrices"
+    assert {g["fused"] for g in groups if "betas" in g} == {True}, "AdamW's part is one fused kernel on CUDA"
+    losses = [json.loads(line)["val/loss"] for line in (tmp_path / "run" / "validation.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and losses[1] < losses[0] < 5.6, losses  # from ln(257) = 5.55 down, gradients clipped at 1

@@ -100,6 +100,7 @@ def test_gpt2s_recipe_is_the_default_shown_with_its_source_and_trained_with(
     assert done.returncode == 0, done.stderr[-3000:]
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert {name: config[name] for name in RECIPE} == RECIPE
+    assert "data_dir" not in config and "val_fraction" not in config, "options synthetic data does not read"
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     hparams = saved["hyper_parameters"]
     assert (hparams["lr"], hparams["weight_decay"], hparams["betas"]) == (6e-4, 0.1, [0.9, 0.95])

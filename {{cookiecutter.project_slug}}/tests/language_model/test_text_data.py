@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from conftest import run_script, run_train
 
 from {{ cookiecutter.package_name }}.tasks.language_model.data import PackedSequences
@@ -80,6 +81,8 @@ def test_a_bpe_tokenizer_learnt_here_trains_on_the_folder_and_its_shards_are_llm
     first = run_train(*args, f"--output-dir={tmp_path / 'a'}")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "tokenized 2 files" in first.stdout
+    config = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert config["val_fraction"] == 0.05 and "train_tokens" not in config, "what text data reads, and only that"
     shards = tmp_path / "texts" / ".tokens" / tokenizer.digest
     train, val = shards / "train_000000.bin", shards / "val_000000.bin"
     header = np.fromfile(train, dtype=np.int32, count=256)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from .peaks import HALF_PRECISIONS, device_peak, peak_flops
     from .promises import RunPromises
     from .signals import run_stoppable
+    from .streaming import StreamedItems, read_made_by, write_chunks
     from .testing import TaskConformance
     from .trainer import build_trainer, fsdp_units, launched_as_global_zero, measuring_trainer
 
@@ -56,6 +57,9 @@ _HEAVY = {
     "peak_flops": ("peaks", "peak_flops"),
     "RunPromises": ("promises", "RunPromises"),
     "run_stoppable": ("signals", "run_stoppable"),
+    "StreamedItems": ("streaming", "StreamedItems"),
+    "read_made_by": ("streaming", "read_made_by"),
+    "write_chunks": ("streaming", "write_chunks"),
     "TaskConformance": ("testing", "TaskConformance"),
     "build_trainer": ("trainer", "build_trainer"),
     "fsdp_units": ("trainer", "fsdp_units"),
@@ -75,6 +79,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "OneLineParser",
     "OutputBusyError",
     "RunPromises",
+    "StreamedItems",
     "Task",
     "TaskConformance",
     "TaskDefault",
@@ -108,6 +113,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "partial_path",
     "peak_flops",
     "publish",
+    "read_made_by",
     "read_yaml",
     "resolve_hardware",
     "run",
@@ -117,6 +123,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "set_up_warnings",
     "train_loader",
     "warmup_cosine",
+    "write_chunks",
     "write_text",
 ]
 

@@ -21,6 +21,7 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 NAME_MAX, PATH_MAX = 255, 4095  # bytes in a file or folder name, and in a whole path, on Linux
+OPTIMIZERS = ("adamw", "muon")
 LOGGERS = ("tensorboard", "csv", "wandb", "mlflow")
 TRACKERS = ("wandb", "mlflow")  # loggers whose package (of the same name) is optional
 
@@ -57,6 +58,11 @@ class Config:
         "torch.compile the network; unset = on with CUDA, off on CPU where compile time dominates",
     )
     compile_mode: str = opt("default", "max-autotune trades minutes of compile for a few % speed", COMPILE_MODES)
+    compile_cache: str = opt(
+        "auto",
+        "where compiled graphs are kept for restarts and requeues: auto = <output-dir>/compile-cache, a folder to "
+        "share one between runs, none = torch's own (/tmp, node-local)",
+    )
     channels_last: bool | None = opt(
         {{ "None" if cookiecutter.channels_last == "yes" else "False" }},
         "tasks that declare it (convolutional networks): NHWC lets tensor cores run convolutions without transposes; "
@@ -76,6 +82,10 @@ class Config:
     lr: float = opt(2e-3, "AdamW peak learning rate, reached after the warm-up")
     weight_decay: float = opt(0.05, "AdamW decoupled weight decay (not applied to norms and biases)")
     betas: str = opt("0.9,0.999", "AdamW's beta1,beta2: how slowly its averages of the gradient and its square move")
+    optimizer: str = opt(
+        "adamw", "muon: Muon (torch 2.9+) for the 2-D hidden weights at --muon-lr, AdamW for the rest", OPTIMIZERS
+    )
+    muon_lr: float = opt(0.02, "--optimizer muon: Muon's peak rate, scaled up for matrices taller than wide")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
     max_epochs: int = opt(10, "epochs to train")
     max_steps: int = opt(-1, "stop after this many optimizer steps; -1 = no limit")
@@ -107,7 +117,7 @@ class Config:
     def __post_init__(self) -> None:
         check_choices(self)
         parse_devices(self.devices)
-        for name in ("output_dir", "resume"):
+        for name in ("output_dir", "resume", "compile_cache"):
             check_path(name, getattr(self, name))
         positive = ("num_nodes", "batch_size", "max_epochs", "accumulate_grad_batches")
         for name in (*positive, "log_every_n_steps", "val_every", "val_batches"):
@@ -121,15 +131,21 @@ class Config:
             raise ConfigError(
                 "num_workers", f"must be from 0 to the {cpus} CPUs this process may use, got {self.num_workers}"
             )
-        for name in ("lr", "weight_decay", "gradient_clip_val", "warmup_fraction"):
+        for name in ("lr", "muon_lr", "weight_decay", "gradient_clip_val", "warmup_fraction"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(name, f"must be a finite number, got {getattr(self, name)}")
         parse_every(self.checkpoint_every)
         self.betas = ",".join(map(str, parse_betas(self.betas)))  # one spelling, so a resume compares values
         if self.max_steps < -1 or self.max_steps == 0:
             raise ConfigError("max_steps", f"must be positive or -1 (no limit), got {self.max_steps}")
-        if not self.lr > 0:
-            raise ConfigError("lr", f"must be positive, got {self.lr}")
+        for name in ("lr", "muon_lr"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, f"must be positive, got {getattr(self, name)}")
+        if self.optimizer == "muon" and self.strategy == "fsdp":
+            raise ConfigError(
+                "optimizer",
+                "muon orthogonalizes whole matrices, which FSDP splits across devices; use --strategy ddp or adamw",
+            )
         if not 0 <= self.warmup_fraction < 1:
             raise ConfigError("warmup_fraction", f"must be in [0, 1), got {self.warmup_fraction}")
         if self.resume is not None and self.resume not in ("auto", "last") and not self.resume.endswith(".ckpt"):

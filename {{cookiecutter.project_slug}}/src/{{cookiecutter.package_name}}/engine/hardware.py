@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .compile_artifacts import SaveCompileCache, use
+from .compile_cache import cache_dir
 from .config import Config, ConfigError, parse_devices, usable_cpus
 
 
@@ -161,3 +163,15 @@ def apply_backend_flags(cfg: Config) -> None:
     # "high" lets fp32 matmuls and convolutions use TF32 tensor cores (Ampere+); "highest" keeps true fp32.
     torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
     torch.backends.cudnn.allow_tf32 = cfg.tf32
+
+
+def use_compile_cache(cfg: Config, hw: Hardware) -> SaveCompileCache | None:
+    """Before anything is compiled: inductor's caches in the run's --compile-cache folder, and the artifacts saved
+    there loaded. Returns the callback that saves them again (its `found`: what was there); None where it is off."""
+    # Compiling costs every start again (40 s for ResNet-50 on an H100) unless its cache outlives the process and the
+    # node: torch's own is in node-local /tmp, empty where a requeued job lands. Off without --compile, and with
+    # --compile-cache none (torch's own cache, as it is set up).
+    directory = cache_dir(cfg)
+    if not hw.compile or directory is None:
+        return None
+    return use(directory, hw.device_name)

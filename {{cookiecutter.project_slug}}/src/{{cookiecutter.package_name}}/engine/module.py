@@ -4,7 +4,8 @@ A subclass builds its network as `self.net`, saves the options of `run_hparams(c
 writes one `shared_step(batch, stage)` that returns the loss: training, validation and test all run it. It then gets:
 - torch.compile of `self.net` (not of the LightningModule, so self.log, hooks and DDP stay in eager Python);
 - AdamW, fused where Lightning can still clip its gradients, with decay kept off norms, biases and embeddings;
-  the names are recorded before FSDP turns every parameter into a flat 1-D shard;
+  the names are recorded before FSDP turns every parameter into a flat 1-D shard; or, with `--optimizer muon`, Muon
+  for the 2-D hidden weights and AdamW for the rest (optimizers.py);
 - linear warm-up then cosine decay per optimizer step, which under 16-mixed skips the steps GradScaler skipped;
 - MFU: `example_input(batch_size)` is counted on the meta device, and the throughput monitor divides it by time;
 - for a task that declares channels_last (`Task.channels_last`), `self.net` and its 4-D floating inputs in NHWC.
@@ -29,6 +30,7 @@ from torch.optim import Optimizer
 from .cli import note
 from .config import Config, parse_betas
 from .hardware import Hardware
+from .optimizers import MuonWithAdamW, muon_names, split_for_muon
 
 # FSDP and activation checkpointing insert these into parameter names; our names are recorded before wrapping.
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -93,6 +95,7 @@ class EngineModule(L.LightningModule):
     net: nn.Module
     # Set by Task.build when the task declares channels_last and the run has it on: configure_model converts
     channels_last = False
+    muon_lr: float | None = None  # set by Task.build with --optimizer muon: Muon's peak rate for the hidden weights
 
     def __init__(self) -> None:
         super().__init__()
@@ -179,13 +182,20 @@ class EngineModule(L.LightningModule):
         weight_decay = self.hparams.get("weight_decay", 0.0)
         return [{"params": ps, "weight_decay": weight_decay if d else 0.0} for d, ps in decay.items() if ps]
 
+    def optimizer_groups(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Muon's groups (none without --optimizer muon) and AdamW's: `param_groups`, split by kind of weight."""
+        if self.muon_lr is None:
+            return [], self.param_groups()
+        names = {id(p): clean_name(n) for n, p in self.named_parameters()}
+        taken = muon_names(self.net, self.recorded_no_decay())
+        return split_for_muon(self.param_groups(), names, taken, self.muon_lr)
+
     def lr_multipliers(self, total: int, groups: list[dict[str, Any]]) -> list[Callable[[int], float]]:
         """One schedule per group; a task with a recipe of its own (fine-tuning's frozen backbone) overrides it."""
         warmup = int(self.hparams.get("warmup_fraction", 0.0) * total)
         return [warmup_cosine(total, warmup)] * len(groups)
 
     def configure_optimizers(self) -> Any:
-        groups = self.param_groups()
         # Fused AdamW: one kernel for the whole update instead of several per tensor. Lightning cannot clip gradients
         # of a fused optimizer under a GradScaler (16-mixed), so that one combination stays unfused (bf16-mixed is
         # clipped here: configure_gradient_clipping).
@@ -194,7 +204,10 @@ class EngineModule(L.LightningModule):
         fsdp1_alone = isinstance(self.trainer.strategy, FSDPStrategy) and self.trainer.world_size == 1
         fused = self.device.type == "cuda" and not scaled_clip and not fsdp1_alone
         beta1, beta2 = self.hparams.get("betas", TORCH_BETAS)
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams["lr"], betas=(beta1, beta2), fused=fused)
+        adamw = dict(lr=self.hparams["lr"], betas=(beta1, beta2), fused=fused)
+        muon, groups = self.optimizer_groups()
+        optimizer = MuonWithAdamW(muon, groups, **adamw) if muon else torch.optim.AdamW(groups, **adamw)
+        groups = optimizer.param_groups
         total = max(1, int(self.trainer.estimated_stepping_batches))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_multipliers(total, groups))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -26,10 +26,12 @@ REFUSED = {
     "seed": "the shuffle order and any data made from the seed follow it",
     "ema": "with --ema its weights are the average, without it there is no average to continue",
     "strategy": "FSDP saves the optimizer state in another layout",  # only to or from fsdp
+    "optimizer": "the saved optimizer state is the other optimizer's",
 }
 HONOURED = {
     "lr": "the schedule continues at the new peak (the optimizer's and scheduler's saved rates are rescaled)",
     "weight_decay": "applies from the next step (it replaces the value saved in the optimizer state)",
+    "muon_lr": "Muon's part of the schedule continues at the new peak (its saved rates are rescaled)",
     "betas": "apply from the next step (they replace those saved in the optimizer state; its averages carry on)",
     "max_epochs": SCHEDULE,
     "max_steps": SCHEDULE,
@@ -46,6 +48,7 @@ FREE = (
     "precision",
     "compile",
     "compile_mode",
+    "compile_cache",
     "channels_last",
     "tf32",
     "sync_batchnorm",
@@ -192,14 +195,17 @@ class RunRecord(Callback):
         them (betas only for an EngineModule's AdamW: a module of a team's own chose its optimizer's).
 
         The schedule's multipliers are functions, which are not saved: they are already this run's."""
-        ours = pl_module.param_groups() if isinstance(pl_module, EngineModule) else None
+        muon, adamw = pl_module.optimizer_groups() if isinstance(pl_module, EngineModule) else ([], None)
+        ours = muon + adamw if adamw is not None else None
         for optimizer, scheduler in zip(checkpoint["optimizer_states"], checkpoint["lr_schedulers"], strict=True):
-            scale = [self.cfg.lr / base for base in scheduler["base_lrs"]]
-            for i, (group, factor) in enumerate(zip(optimizer["param_groups"], scale, strict=True)):
+            # --optimizer muon: Muon's groups come first, and peak at --muon-lr
+            peaks = [self.cfg.muon_lr] * len(muon) + [self.cfg.lr] * (len(optimizer["param_groups"]) - len(muon))
+            scale = [peak / base for peak, base in zip(peaks, scheduler["base_lrs"], strict=True)]
+            for i, (group, factor, peak) in enumerate(zip(optimizer["param_groups"], scale, peaks, strict=True)):
                 # an EngineModule says which groups decay; otherwise those that decayed get the new value
                 decay = ours[i]["weight_decay"] if ours else self.cfg.weight_decay if group["weight_decay"] else 0.0
-                group.update(lr=group["lr"] * factor, initial_lr=self.cfg.lr, weight_decay=decay)
-                if ours:
+                group.update(lr=group["lr"] * factor, initial_lr=peak, weight_decay=decay)
+                if ours and i >= len(muon):
                     group["betas"] = parse_betas(self.cfg.betas)
             scheduler["_last_lr"] = [lr * factor for lr, factor in zip(scheduler["_last_lr"], scale, strict=True)]
-            scheduler["base_lrs"] = [self.cfg.lr] * len(scale)
+            scheduler["base_lrs"] = peaks

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cli import engine_options_hidden, fail, parse_run, save_yaml
+from .compile_cache import check_compile_cache
 from .config import Config, ConfigError, check_logger
 from .rundir import check_output_dir, hold_output_dir, last_path
 from .task import Task
@@ -26,6 +27,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     try:
         check_logger(cfg)
         check_output_dir(cfg)
+        check_compile_cache(cfg)
     except ConfigError as err:
         fail(str(err))
     import lightning as L
@@ -66,6 +68,9 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
             for note in notes:  # the options changed on resume, and what is done with each
                 print(f"resume: {note}", flush=True)
         hardware.apply_backend_flags(cfg)
+        cache = hardware.use_compile_cache(cfg, hw)  # before the first compile, the profile's too
+        if cache is not None and rank_zero:
+            print(cache.found, flush=True)
         if cfg.profile:
             from .profiling import profile
 
@@ -79,6 +84,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
             cfg, hw, wrap=wrap, logger_version=logger_version, task=task, resumed_step=saved.get("global_step")
         )
         trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size))  # type: ignore[attr-defined]  # for --resume
+        if cache is not None:  # saves the graphs compiled in this run for the next
+            trainer.callbacks.append(cache)  # type: ignore[attr-defined]
         return _fit_and_test(task, cfg, opts, hw, trainer, model, datamodule, ckpt)
 
 
@@ -92,7 +99,7 @@ def _fit_and_test(
         with explain_failures(cfg, trainer, datamodule, task.unit):
             cfg.batch_size = scale_batch_size(trainer, model, datamodule)
     if trainer.is_global_zero:
-        hidden = engine_options_hidden(task)
+        hidden = {*engine_options_hidden(task), *(task.unused_options(opts) if task.unused_options else ())}
         options = {k: v for k, v in {**asdict(cfg), **asdict(opts)}.items() if k not in hidden}
         save_yaml(options, Path(cfg.output_dir) / "config.yaml")
         global_batch = cfg.batch_size * hw.world_size * cfg.accumulate_grad_batches

@@ -8,7 +8,7 @@ survive a kill, exact resume, stop on a signal, throughput and MFU, one-line err
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,9 @@ class Task:
     # A convolutional network's declaration: the engine then converts `module.net` and its 4-D floating inputs to
     # NHWC (`--channels-last`, offered to such tasks only); elsewhere the layout means nothing
     channels_last: bool = False
+    # The task's options that its other choices leave unread (--data-dir with synthetic data): config.yaml leaves them
+    # out, so that it says what the run used
+    unused_options: Callable[[Any], Collection[str]] | None = None
     # The task's own defaults for engine options ({"batch_size": 4, "lr": 1e-3}): shown in --help, with the reason of
     # any given as TaskDefault(value, why); a --config file and then the flags override them
     defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -111,6 +114,11 @@ class Task:
         model = self.build_model(cfg, opts, hw, datamodule)
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
+        if cfg.optimizer == "muon":
+            from .optimizers import check_muon
+
+            check_muon(model)
+            model.muon_lr = cfg.muon_lr  # type: ignore[assignment]
         return model
 
     @property

@@ -36,6 +36,7 @@ def build_data(cfg: Config, opts: ImageOptions, hw: Hardware) -> ImageDataModule
         train_samples=opts.train_samples,
         seed=cfg.seed,
         decode=hw.choices.get("decode", "cpu"),
+        cache_dir=opts.cache_dir,
     )
 
 
@@ -70,6 +71,8 @@ def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, da
             f"its outputs are those classes in that order: resume with the data it was trained on, {AFRESH}",
         )
     images = len(datamodule.samples["train"][0]) if opts.data == "folder" else None
+    if opts.data == "streaming":
+        images = datamodule.made_by["items"]["train"]
     if images is not None and record.get("train_items", images) != images:
         raise ConfigError(
             "data_dir",
@@ -77,6 +80,19 @@ def check_resume(checkpoint: dict[str, Any], cfg: Config, opts: ImageOptions, da
             f"epoch's order and length follow them: resume with the same images, {AFRESH}",
         )
     return []
+
+
+# The options only some --data sources read, and those sources: config.yaml leaves out what the run's data did not read
+DATA_OPTIONS = {
+    "data_dir": ("cifar10", "folder", "streaming"),
+    "train_samples": ("synthetic",),
+    "decode": ("folder", "streaming"),
+    "cache_dir": ("streaming",),
+}
+
+
+def unused_options(opts: Any) -> list[str]:
+    return [name for name, sources in DATA_OPTIONS.items() if opts.data not in sources]
 
 
 TASK = Task(
@@ -96,7 +112,9 @@ TASK = Task(
         "data": "its classes and images come from that source",
     },
     honoured_on_resume={"backbone_lr_scale": SCHEDULE, "freeze_epochs": SCHEDULE},
-    # data_dir and train_samples: checked by check_resume; decode: where images are decoded, not what is learned
-    free_on_resume=("data_dir", "train_samples", "decode"),
+    # data_dir and train_samples: checked by check_resume; decode, cache_dir: where images are decoded and the
+    # streamed index is kept, not what is learned
+    free_on_resume=("data_dir", "train_samples", "decode", "cache_dir"),
     check_resume=check_resume,
+    unused_options=unused_options,
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...engine import Config, ConfigError, check_choices, check_path, opt
 
-DATA_SOURCES = ("synthetic", "cifar10", "folder")
+DATA_SOURCES = ("synthetic", "cifar10", "folder", "streaming")
 DECODERS = ("auto", "cpu", "gpu")
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage sees less than a pixel
 
@@ -17,8 +17,17 @@ MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # below 16 px a ResNet's last stage s
 @dataclass
 class ImageOptions:
     # --- data ------------------------------------------------------------------------------
-    data: str = opt("synthetic", "synthetic: generated, no download; folder: your images", DATA_SOURCES)
-    data_dir: str = opt("data", "where cifar10 is downloaded, or the folder with train/ val/ [test/]")
+    data: str = opt(
+        "synthetic",
+        "synthetic: generated, no download; folder: your images; streaming: prepare_data.py's chunks",
+        DATA_SOURCES,
+    )
+    data_dir: str = opt(
+        "data", "where cifar10 is downloaded, the folder with train/ val/ [test/], or the chunks' folder or s3:// URL"
+    )
+    cache_dir: str | None = opt(
+        None, "streaming from s3://: where LitData keeps each split's index (KBs); unset = $TMPDIR/litdata (node-local)"
+    )
     image_size: int = opt(64, "side of the square images fed to the network")
     train_samples: int = opt(10_000, "synthetic: training images (val and test get a fifth each)")
     decode: str = opt(
@@ -39,7 +48,7 @@ class ImageOptions:
 
     def __post_init__(self) -> None:
         check_choices(self)
-        for name in ("data_dir", "pretrained"):
+        for name in ("data_dir", "pretrained", "cache_dir"):
             check_path(name, getattr(self, name))
         if self.train_samples < 1:
             raise ConfigError("train_samples", f"must be a positive integer, got {self.train_samples}")

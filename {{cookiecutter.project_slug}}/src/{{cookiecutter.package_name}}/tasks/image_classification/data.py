@@ -18,9 +18,10 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from ...engine import ConfigError, eval_loader, train_loader
+from ...engine import ConfigError, StreamedItems, eval_loader, read_made_by, train_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
+from .streaming import TASK_NAME, StreamedImages
 from .transforms import CROP_PCT, eval_transform, random_crop_flip, train_transform
 
 Batch = tuple[Tensor, Tensor]
@@ -76,6 +77,7 @@ class ImageDataModule(L.LightningDataModule):
         seed: int = 42,
         decode: str = "cpu",
         crop_pct: float = CROP_PCT,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         # crop_pct is the model's (its hparams record it, from timm's pretrained cfg when pretrained), not the data's:
@@ -83,10 +85,14 @@ class ImageDataModule(L.LightningDataModule):
         self.save_hyperparameters(ignore=["crop_pct"])
         self.root = Path(data_dir)
         self.crop_pct = crop_pct
-        self.datasets: dict[str, TensorDataset | ImageFiles] = {}
+        self.datasets: dict[str, TensorDataset | ImageFiles] = {}  # StreamedImages is an ImageFiles
         self.samples: dict[str, tuple[list[str], list[int]]] = {}
         self.cifar10: dict[str, tuple[Tensor, Tensor]] = {}
-        if data == "folder":
+        self.made_by: dict[str, Any] = {}
+        if data == "streaming":  # the chunks' classes, from what prepare_data.py wrote beside them
+            self.made_by = read_made_by(data_dir, TASK_NAME)
+            self.classes = list(self.made_by["classes"])
+        elif data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
                 raise ConfigError(
                     "data_dir", f"folder data needs {self.root}/train/ and {self.root}/val/ class folders"
@@ -134,6 +140,12 @@ class ImageDataModule(L.LightningDataModule):
             self.datasets["val"] = TensorDataset(images[order[:n_val]], labels[order[:n_val]])
             self.datasets["train"] = TensorDataset(images[order[n_val:]], labels[order[n_val:]])
             self.datasets["test"] = TensorDataset(*self.cifar10["test"])
+        elif hp["data"] == "streaming":
+            mode = "bytes" if hp["decode"] == "gpu" else "decoded"
+            for split in ("train", "val", "test"):
+                chunks = split if split in self.made_by["items"] else "val"
+                items = StreamedItems(hp["data_dir"], chunks, hp["cache_dir"])
+                self.datasets[split] = StreamedImages(items, mode, max_side=self.max_side)
         else:
             mode = "bytes" if hp["decode"] == "gpu" else "decoded"
             for split in ("train", "val", "test"):

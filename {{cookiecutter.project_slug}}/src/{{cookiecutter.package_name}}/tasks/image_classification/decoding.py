@@ -165,9 +165,10 @@ def decode_choice(
     `images`: predict.py's inputs, which take the place of the training folder."""
     if decode == "cpu":
         return "cpu"
-    if images is None and data != "folder":
+    if images is None and data not in ("folder", "streaming"):
         if decode == "gpu":
-            raise ConfigError("decode", f"gpu decodes image files, which only --data folder reads, not {data}")
+            files = "gpu decodes image files, which only --data folder and streaming read"
+            raise ConfigError("decode", f"{files}, not {data}")
         return "cpu"
     if decode == "gpu" and accelerator != "cuda":
         raise ConfigError("decode", f"gpu needs a CUDA GPU, not {accelerator}; use cpu or auto")
@@ -177,6 +178,8 @@ def decode_choice(
         return "gpu"
     if accelerator != "cuda" or not torchcodec_available():
         return "cpu"
+    if data == "streaming":  # chunks hold the files' bytes: what nvJPEG cannot take falls back to the CPU per image
+        return "gpu"
     train = Path(data_dir) / "train"
     jpegs = mostly_jpegs(str(p) for p in images) if images is not None else train.is_dir() and holds_jpegs(train)
     return "gpu" if jpegs else "cpu"

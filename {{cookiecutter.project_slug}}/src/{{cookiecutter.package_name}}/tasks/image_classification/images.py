@@ -65,7 +65,9 @@ class ImageFiles(Dataset[tuple[Tensor, int]]):
         return False
 
     def _load(self, i: int) -> Tensor:
-        data = read_bytes(self.paths[i])
+        return self._decode(read_bytes(self.paths[i]))
+
+    def _decode(self, data: Tensor) -> Tensor:  # a file's bytes, as streaming.StreamedImages reads them too
         if self.mode == "bytes":
             if not gpu_decodable(data):
                 decode_rgb(data)

@@ -41,6 +41,7 @@ def build_data(cfg: Config, opts: LanguageOptions, hw: Hardware) -> LanguageData
         seed=cfg.seed,
         num_workers=hw.num_workers,
         pin_memory=hw.pin_memory,
+        cache_dir=opts.cache_dir,
     )
 
 
@@ -84,6 +85,19 @@ def summary(datamodule: Any) -> str:
     return f"floor={datamodule.floor:.4f}" if getattr(datamodule, "floor", None) is not None else ""
 
 
+# The options only some --data sources read, and those sources: config.yaml leaves out what the run's data did not read
+DATA_OPTIONS = {
+    "data_dir": ("text", "tokens", "streaming"),
+    "train_tokens": ("synthetic",),
+    "val_fraction": ("text",),
+    "cache_dir": ("streaming",),
+}
+
+
+def unused_options(opts: Any) -> list[str]:
+    return [name for name, sources in DATA_OPTIONS.items() if opts.data not in sources]
+
+
 # GPT-2's recipe for the engine's optimizer options: nanoGPT's and llm.c's, with which both train GPT-2 124M
 SOURCES = "nanoGPT's train.py, llm.c's train_gpt2"
 GPT2_RECIPE = {
@@ -118,8 +132,10 @@ TASK = Task(
         "val_fraction": "it moved tokens between training and validation",
     },
     honoured_on_resume={"dropout": "applies from the next step"},
-    free_on_resume=("data_dir",),  # checked by check_resume: the same number of training sequences
+    # data_dir: checked by check_resume (the same number of training sequences); cache_dir: where an index is kept
+    free_on_resume=("data_dir", "cache_dir"),
     check_resume=check_resume,
+    unused_options=unused_options,
     summary=summary,
     defaults=GPT2_RECIPE,
 )

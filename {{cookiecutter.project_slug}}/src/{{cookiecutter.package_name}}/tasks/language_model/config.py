@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ...engine import ConfigError, check_choices, check_path, opt
 
-DATA_SOURCES = ("synthetic", "text", "tokens")
+DATA_SOURCES = ("synthetic", "text", "tokens", "streaming")
 # Named sizes: (layers, heads, width). GPT-2's four, and two that train in minutes on a CPU.
 SIZES = {
     "tiny": (2, 2, 64),
@@ -27,10 +27,16 @@ class LanguageOptions:
     data: str = opt(
         "synthetic",
         "synthetic: a seeded Markov language with a known entropy floor, no download; text: .txt/.jsonl files in "
-        "--data-dir; tokens: llm.c or nanoGPT .bin shards in --data-dir",
+        "--data-dir; tokens: llm.c or nanoGPT .bin shards in --data-dir; streaming: prepare_data.py's chunks in "
+        "--data-dir (a folder or s3://bucket/prefix)",
         DATA_SOURCES,
     )
-    data_dir: str | None = opt(None, "text or tokens: the folder (its token shards are cached in DATA_DIR/.tokens)")
+    data_dir: str | None = opt(
+        None, "text or tokens: the folder (text's token shards are cached in DATA_DIR/.tokens); streaming: or s3://"
+    )
+    cache_dir: str | None = opt(
+        None, "streaming from s3://: where LitData keeps each split's index (KBs); unset = $TMPDIR/litdata (node-local)"
+    )
     tokenizer: str = opt("bytes", "bytes: 256 byte values + end-of-text; or a Hugging Face tokenizer.json file")
     train_tokens: int = opt(2_000_000, "synthetic: tokens generated for training (validation and test: 1/20 each)")
     val_fraction: float = opt(0.05, "text: the share of documents kept for validation, chosen by a hash of their text")
@@ -45,7 +51,7 @@ class LanguageOptions:
 
     def __post_init__(self) -> None:
         check_choices(self)
-        for name in ("data_dir", "tokenizer", "pretrained"):
+        for name in ("data_dir", "tokenizer", "pretrained", "cache_dir"):
             check_path(name, getattr(self, name))
         if self.data != "synthetic" and not self.data_dir:
             raise ConfigError("data_dir", f"--data {self.data} reads a folder: give --data-dir DIR")

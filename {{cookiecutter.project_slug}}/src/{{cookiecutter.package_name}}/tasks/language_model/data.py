@@ -12,8 +12,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...engine import eval_loader, note, train_loader
+from ...engine import StreamedItems, eval_loader, note, read_made_by, train_loader
 from .shards import read_shard, text_files, text_shards, token_shards
+from .streaming import TASK_NAME, StreamedSequences, check_chunks
 from .synthetic import MarkovLanguage
 from .tokenizer import Tokenizer
 
@@ -64,18 +65,23 @@ class LanguageDataModule(L.LightningDataModule):
         seed: int = 42,
         num_workers: int = 0,
         pin_memory: bool = False,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
         self.tokenizer = tokenizer
         self.floor: float | None = None  # synthetic: the entropy floor, the best val/loss possible
-        self.splits: dict[str, PackedSequences] = {}
+        self.splits: dict[str, PackedSequences | StreamedSequences] = {}
         # Checked now, in one line, before any training: a folder without text; shards and their largest token
         self.shards: dict[str, list[Path]] = {}
+        self.made_by: dict[str, Any] = {}  # streaming: what prepare_data.py wrote beside the chunks
         if data == "text":
             text_files(Path(data_dir or ""))
         elif data == "tokens":
             self.shards = token_shards(Path(data_dir or ""), tokenizer.vocab_size)
+        elif data == "streaming":
+            self.made_by = read_made_by(data_dir or "", TASK_NAME)
+            check_chunks(self.made_by, data_dir or "", tokenizer, context)
 
     def prepare_data(self) -> None:  # one process per node: the others read the shards it wrote
         if self.hparams["data"] == "text":
@@ -86,6 +92,11 @@ class LanguageDataModule(L.LightningDataModule):
             return
         hp = self.hparams
         streams: dict[str, list[np.ndarray | Path]]
+        if hp["data"] == "streaming":
+            for split in ("train", "val", "test"):
+                chunks = split if split in self.made_by["items"] else "val"
+                self.splits[split] = StreamedSequences(StreamedItems(hp["data_dir"], chunks, hp["cache_dir"]))
+            return
         if hp["data"] == "synthetic":
             language = MarkovLanguage(self.tokenizer.vocab_size, self.tokenizer.eot, hp["seed"])
             self.floor = language.floor

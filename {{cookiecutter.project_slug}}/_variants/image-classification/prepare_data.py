@@ -1,0 +1,27 @@
+"""Write an image folder into LitData chunks, in a local folder or at an s3:// URL, for train.py --data streaming:
+
+python prepare_data.py --data-dir data/ --output s3://bucket/images
+python train.py --data streaming --data-dir s3://bucket/images
+"""
+
+from __future__ import annotations
+
+from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from {{ cookiecutter.package_name }}.tasks.image_classification.streaming import (
+    PrepareOptions,
+    prepare,
+)
+
+
+def main(argv: list[str] | None = None) -> dict[str, int]:
+    opts = parse_options(argv, PrepareOptions, prog="prepare_data.py", description=__doc__ or "")
+    try:
+        written = prepare(opts)
+    except ConfigError as err:
+        fail(str(err))
+    print(f"wrote {', '.join(f'{n} {split}' for split, n in written.items())} images to {opts.output}", flush=True)
+    return written
+
+
+if __name__ == "__main__":
+    main()

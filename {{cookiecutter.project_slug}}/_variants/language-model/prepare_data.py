@@ -1,0 +1,28 @@
+"""Tokenize a text folder into LitData chunks of training sequences, in a local folder or at an s3:// URL, for
+train.py --data streaming (give it the same --tokenizer and --context):
+
+python prepare_data.py --data-dir my_texts/ --tokenizer tokenizer.json --context 1024 --output s3://bucket/text
+python train.py --data streaming --data-dir s3://bucket/text --tokenizer tokenizer.json --context 1024
+"""
+
+from __future__ import annotations
+
+from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from {{ cookiecutter.package_name }}.tasks.language_model.streaming import (
+    PrepareOptions,
+    prepare,
+)
+
+
+def main(argv: list[str] | None = None) -> dict[str, int]:
+    opts = parse_options(argv, PrepareOptions, prog="prepare_data.py", description=__doc__ or "")
+    try:
+        written = prepare(opts)
+    except ConfigError as err:
+        fail(str(err))
+    print(f"wrote {', '.join(f'{n} {split}' for split, n in written.items())} sequences to {opts.output}", flush=True)
+    return written
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Learn a byte-level BPE tokenizer (GPT-2's scheme) from your own text, offline, for train.py's --tokenizer:
+
+python train_tokenizer.py --data-dir my_texts/ --vocab-size 8192 --output tokenizer.json
+python train.py --data text --data-dir my_texts/ --tokenizer tokenizer.json
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from {{ cookiecutter.package_name }}.engine import (
+    ConfigError,
+    check_path,
+    fail,
+    opt,
+    parse_options,
+)
+
+
+@dataclass
+class TokenizerOptions:
+    data_dir: str = opt("data", "the folder of .txt/.jsonl files (as train.py --data text reads them)")
+    vocab_size: int = opt(8192, "tokens, end-of-text included; GPT-2 has 50257")
+    output: str = opt("tokenizer.json", "the Hugging Face tokenizer.json to write")
+
+    def __post_init__(self) -> None:
+        for name in ("data_dir", "output"):
+            check_path(name, getattr(self, name))
+        if not 257 <= self.vocab_size <= 1 << 20:
+            # 256 byte values and end-of-text come first; merges follow
+            raise ConfigError("vocab_size", f"must be from 257 to {1 << 20}, got {self.vocab_size}")
+        if not self.output.endswith(".json"):
+            raise ConfigError("output", f"must end in .json, got {self.output!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    opts = parse_options(argv, TokenizerOptions, prog="train_tokenizer.py", description=__doc__ or "")
+    from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
+        documents,
+        text_files,
+    )
+    from {{ cookiecutter.package_name }}.tasks.language_model.tokenizer import (
+        train_bpe,
+    )
+
+    try:
+        files = text_files(Path(opts.data_dir))
+        if not Path(opts.output).resolve().parent.is_dir():
+            raise ConfigError("output", f"the folder of {opts.output} does not exist")
+        tokenizer = train_bpe((doc for path in files for doc in documents(path)), opts.vocab_size, Path(opts.output))
+    except ConfigError as err:
+        fail(str(err))
+    print(f"{opts.output}: {tokenizer.vocab_size} tokens learnt from {len(files)} files")
+
+
+def cli() -> None:
+    """`train_tokenizer.py`, and the installed `<project>-train-tokenizer`."""
+    main()

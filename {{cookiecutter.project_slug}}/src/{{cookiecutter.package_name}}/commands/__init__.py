@@ -1,0 +1,3 @@
+"""The entry points as functions: each root script (train.py, predict.py, ...) and each console script that
+pyproject.toml's [project.scripts] installs (<project>-train, <project>-predict, ...) calls the same `cli()`, so an
+installed project runs from any directory with the same flags and exit codes as a clone."""

@@ -1,0 +1,18 @@
+"""`train.py` and `<project>-train`: train, then test the best checkpoint. The sweep's trials of an installed project
+run this file as a script."""
+
+from {{ cookiecutter.package_name }}.engine import main as run_task
+from {{ cookiecutter.package_name }}.engine import run
+from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    return run_task(TASK, argv)
+
+
+def cli() -> None:
+    run(TASK)
+
+
+if __name__ == "__main__":
+    cli()

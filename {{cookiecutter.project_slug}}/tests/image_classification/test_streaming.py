@@ -1,0 +1,143 @@
+"""--data streaming: prepare_data.py writes an image folder into LitData chunks, locally or on an S3 server (moto, on
+127.0.0.1), and train.py trains from them as from the folder, resuming bit for bit after SIGTERM or kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import boto3
+import pytest
+import torch
+from conftest import Launch, run_train, wait
+from streaming_runs import (
+    BUCKET,
+    assert_same_run,
+    prepare,
+    s3_server_bucket,  # noqa: F401  # the fixture s3_bucket
+    start,
+    stop_and_resume,
+    uninterrupted,
+)
+
+from .test_folder_resume import write_photos
+
+TINY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--image-size=16", "--batch-size=8"]
+TINY += ["--num-workers=0", "--logger=csv", "--log-every-n-steps=1", "--no-compile"]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("photos")
+    write_photos(root / "half")
+    for folder in ("train", "val"):  # the images twice over: 64 training images, 8 steps an epoch on one device
+        shutil.copytree(root / "half" / folder, root / "data" / folder)
+    for image in (root / "half" / "train").rglob("*.*"):
+        shutil.copy(image, root / "data" / "train" / image.parent.name / f"copy-{image.name}")
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def chunks(photos: Path) -> Path:
+    output = photos.parent / "chunks"
+    done = prepare(f"--data-dir={photos}", f"--output={output}")
+    assert "wrote 64 train, 4 val images" in done.stdout
+    return output
+
+
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(output_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+def test_chunks_on_disk_and_on_s3_train_exactly_as_the_folder_they_were_made_from(
+    photos: Path, chunks: Path, s3_bucket: str, tmp_path: Path
+) -> None:
+    prepare(f"--data-dir={photos}", f"--output={s3_bucket}/photos")
+    runs = {
+        "folder": ["--data=folder", f"--data-dir={photos}"],
+        "local": ["--data=streaming", f"--data-dir={chunks}"],
+        "s3": ["--data=streaming", f"--data-dir={s3_bucket}/photos", f"--cache-dir={tmp_path / 'cache'}"],
+    }
+    summaries = {}
+    for name, data in runs.items():
+        done = run_train(*TINY, *data, "--max-epochs=1", f"--output-dir={tmp_path / name}")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        summaries[name] = done.stdout.strip().splitlines()[-1].split("train throughput=")[0]
+    assert summaries["local"] == summaries["folder"] == summaries["s3"]
+    for name in ("local", "s3"):
+        for key, weight in weights(tmp_path / "folder").items():
+            assert torch.equal(weights(tmp_path / name)[key], weight), f"{name}: {key}"
+    assert list((tmp_path / "cache").rglob("index.json")), "the index was not cached in --cache-dir"
+
+
+@pytest.mark.parametrize("layout", ["one device", "ddp", "nodes"])
+def test_sigterm_or_kill_9_mid_epoch_then_resume_last_ends_as_the_uninterrupted_run(
+    layout: str, chunks: Path, launch: Launch, tmp_path: Path
+) -> None:
+    args = [*TINY, "--data=streaming", f"--data-dir={chunks}", "--max-epochs=2"]
+    whole = uninterrupted(launch, layout, args, tmp_path)
+    assert whole["global_step"] == (16 if layout == "one device" else 8)
+    for how in ("sigterm", "kill"):
+        assert_same_run(stop_and_resume(launch, layout, how, args, tmp_path), whole, f"{layout}, {how}")
+
+
+def one_line(done: object) -> str:
+    stdout, stderr, code = (getattr(done, name) for name in ("stdout", "stderr", "returncode"))
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (stdout + stderr)[-3000:]
+    return str(lines[0])
+
+
+def test_bad_chunk_locations_and_chunks_of_the_other_task_are_refused_in_one_line(
+    chunks: Path, s3_bucket: str, tmp_path: Path
+) -> None:
+    other = tmp_path / "other-task"
+    shutil.copytree(chunks, other)
+    made_by = json.loads((other / "made_by.json").read_text())
+    (other / "made_by.json").write_text(json.dumps({**made_by, "task": "language-model"}))
+    refused = {
+        f"s3://no-such-{BUCKET}/photos": "there is no bucket",
+        f"{s3_bucket}/nothing-here": f"no chunks at {s3_bucket}/nothing-here",
+        str(other): "were made for language-model, not image-classification",
+    }
+    for data_dir, said in refused.items():
+        line = one_line(run_train(*TINY, "--data=streaming", f"--data-dir={data_dir}", f"--output-dir={tmp_path}/o"))
+        assert line.startswith("error: --data-dir: ") and said in line, line
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    os.environ["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # the discard port: nothing listens
+    try:
+        line = one_line(run_train(*TINY, "--data=streaming", f"--data-dir={s3_bucket}/x", f"--output-dir={tmp_path}/o"))
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    assert "cannot reach the S3 endpoint http://127.0.0.1:9" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_chunk_cut_short_or_deleted_mid_run_ends_it_in_one_line(
+    where: str, photos: Path, chunks: Path, s3_bucket: str, launch: Launch, tmp_path: Path
+) -> None:
+    data_dir = str(tmp_path / "chunks") if where == "local" else f"{s3_bucket}/damaged"
+    if where == "local":
+        shutil.copytree(chunks, data_dir)
+    else:
+        prepare(f"--data-dir={photos}", f"--output={data_dir}")
+    args = [*TINY, "--data=streaming", f"--data-dir={data_dir}", "--max-epochs=50", f"--output-dir={tmp_path}/o"]
+    args.append(f"--num-workers={1 if where == 'local' else 0}")  # the error from a loader worker, and from the run
+    process = start(launch, "one device", args, tmp_path / "unused")[0]
+    lines = []
+    for line in process.stdout or []:
+        lines.append(line)
+        if " batch " in line and " step " in line:  # training is reading the chunks
+            break
+    if where == "local":
+        chunk = next(Path(data_dir, "train").glob("*.bin"))
+        os.truncate(chunk, chunk.stat().st_size // 2)
+    else:
+        boto3.client("s3").delete_object(Bucket=BUCKET, Key="damaged/train/chunk-0-0.bin")
+    output = "".join(lines) + wait(process)
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert process.returncode == 2 and len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert errors[0].startswith("error: --data-dir: ") and "the chunks changed during the run" in errors[0]

@@ -1,0 +1,161 @@
+"""What the --data streaming tests of both tasks share: an S3 server on 127.0.0.1, prepare_data.py, and train.py
+stopped mid-epoch (SIGTERM or kill -9 to its process groups) on one device, two DDP ranks or two NODE_RANK "nodes",
+then resumed with --resume last.
+
+The S3 server is moto's server mode, a real HTTP endpoint: boto3 and LitData reach it through AWS_ENDPOINT_URL, as
+they reach MinIO or any S3-compatible store, and nothing of either library is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import ROOT, TIMEOUT, Launch, finish, kill_at_pause, run_script, wait
+
+from {{ cookiecutter.package_name }}.engine.script_runs import validations
+
+BUCKET = "streaming-tests"  # S3 bucket names have at least 3 characters
+RANKS = str(ROOT / "tests" / "engine" / "ranks.py")  # a task trained as train.py does, every rank's results dumped
+TASK = "from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK\n"
+LAYOUTS = {
+    "one device": ["--devices=1"],
+    "ddp": ["--accelerator=cpu", "--devices=2", "--strategy=ddp"],
+    "nodes": ["--accelerator=cpu", "--devices=1", "--num-nodes=2", "--strategy=ddp"],
+}
+COUNTS = ("batches", "samples", "tokens", "time")  # what a resumed process counts from its own start
+PAUSE = 6  # the kill -9 comes after this step's checkpoint: mid-way through the second epoch in every layout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module", name="s3_bucket")
+def s3_server_bucket() -> Iterator[str]:
+    """s3://BUCKET on a moto server of this module's own, the AWS variables pointing every run started here at it."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    endpoint = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    before = {name: os.environ.get(name) for name in endpoint}
+    os.environ.update(endpoint)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline and server.poll() is None, "the moto server did not start"
+            time.sleep(0.2)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        yield f"s3://{BUCKET}"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def prepare(*args: str) -> subprocess.CompletedProcess[str]:
+    done = run_script("prepare_data.py", *args, "--num-workers=0")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done
+
+
+def start(launch: Launch, layout: str, args: list[str], dump: Path, pause: int = 0) -> list[subprocess.Popen[str]]:
+    """train.py's task through tests/engine/ranks.py: one process group, or one per NODE_RANK "node"."""
+    dump.mkdir(parents=True, exist_ok=True)
+    (dump / "task.py").write_text(TASK)
+    command = [sys.executable, RANKS, str(dump / "task.py"), str(dump), str(pause), *args, *LAYOUTS[layout]]
+    if layout != "nodes":
+        return [launch(command)]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    return [launch(command, env={**env, "NODE_RANK": rank}) for rank in ("0", "1")]
+
+
+def sigterm_after_first_step(groups: list[subprocess.Popen[str]]) -> str:
+    """SIGTERM to every process group once rank 0 has printed its first step; what rank 0 printed."""
+    first = groups[0]
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (first.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    lines = []
+    for line in first.stdout or []:
+        lines.append(line)
+        if " batch " in line and " step " in line:
+            break
+    watchdog.cancel()
+    for group in groups:
+        os.killpg(group.pid, signal.SIGTERM)
+    said = "".join(lines) + wait(first)
+    for group in groups[1:]:
+        wait(group)
+    assert first.returncode == 128 + signal.SIGTERM, said[-3000:]
+    return said
+
+
+def stop_and_resume(launch: Launch, layout: str, how: str, args: list[str], tmp: Path) -> dict[str, Any]:
+    """The run stopped mid-epoch by `how` (sigterm, kill) and resumed: rank 0's weights and metrics at the end."""
+    out = tmp / f"{layout}-{how}".replace(" ", "-")
+    args = [*args, f"--output-dir={out}"]
+    if how == "sigterm":
+        sigterm_after_first_step(start(launch, layout, args, out.with_suffix(".stopped")))
+    else:
+        every = f"--checkpoint-every={PAUSE}steps"
+        groups = start(launch, layout, [*args, every], out.with_suffix(".killed"), PAUSE)
+        kill_at_pause(groups[0], PAUSE)
+        for group in groups[1:]:
+            os.killpg(group.pid, signal.SIGKILL)
+            wait(group)
+    saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    mid_epoch = not saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["is_last_batch"]
+    assert saved["global_step"] > 0 and mid_epoch, f"{how} did not stop {layout} mid-epoch: {saved['global_step']}"
+    for group in start(launch, layout, [*args, "--resume=last"], out.with_suffix(".resumed")):
+        finish(group)
+    return {**torch.load(out.with_suffix(".resumed") / "rank0.pt", weights_only=False), "validations": validations(out)}
+
+
+def uninterrupted(launch: Launch, layout: str, args: list[str], tmp: Path) -> dict[str, Any]:
+    out = tmp / f"{layout}-whole".replace(" ", "-")
+    for group in start(launch, layout, [*args, f"--output-dir={out}"], out.with_suffix(".dump")):
+        finish(group)
+    return {**torch.load(out.with_suffix(".dump") / "rank0.pt", weights_only=False), "validations": validations(out)}
+
+
+def learnt(metrics: dict[str, float]) -> dict[str, float]:
+    """The epoch's metrics and learning rates, without the speed and the counts of this process's own steps."""
+    return {k: v for k, v in metrics.items() if not k.endswith("_per_sec") and k.split("/")[-1] not in COUNTS}
+
+
+def assert_same_run(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
+    assert got["global_step"] == want["global_step"], what
+    for name, weight in want["params"].items():
+        assert torch.equal(got["params"][name], weight), f"{what}: {name}"
+    assert learnt(got["metrics"]) == learnt(want["metrics"]), what
+    assert got["validations"] == want["validations"], what
