@@ -8,14 +8,13 @@ they reach MinIO or any S3-compatible store, and nothing of either library is re
 
 from __future__ import annotations
 
-import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,23 @@ def free_port() -> int:
 @pytest.fixture(scope="module", name="s3_bucket")
 def s3_server_bucket() -> Iterator[str]:
     """s3://BUCKET on a moto server of this module's own, the AWS variables pointing every run started here at it."""
-    port = free_port()
+    # port 0: the server binds a free port itself and names it, so no other server can take it in between
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
+    assert server.stderr is not None
+    port = ""
+    for line in server.stderr:  # werkzeug's "* Running on http://127.0.0.1:PORT", within its first lines
+        found = re.search(r"Running on http://127\.0\.0\.1:(\d+)", line)
+        if found:
+            port = found.group(1)
+            break
+    assert port, "the moto server did not start"
+    threading.Thread(target=server.stderr.read, daemon=True).start()  # its request log must not fill the pipe
     endpoint = {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -63,12 +72,6 @@ def s3_server_bucket() -> Iterator[str]:
     before = {name: os.environ.get(name) for name in endpoint}
     os.environ.update(endpoint)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline and server.poll() is None, "the moto server did not start"
-            time.sleep(0.2)
         import boto3
 
         boto3.client("s3").create_bucket(Bucket=BUCKET)
@@ -159,3 +162,20 @@ def assert_same_run(got: dict[str, Any], want: dict[str, Any], what: str) -> Non
         assert torch.equal(got["params"][name], weight), f"{what}: {name}"
     assert learnt(got["metrics"]) == learnt(want["metrics"]), what
     assert got["validations"] == want["validations"], what
+
+
+def assert_trains_as_its_source(tiny: list[str], runs: dict[str, list[str]], tmp: Path) -> None:
+    """train.py once per entry of `runs` (the source's data flags first, then the chunks'): the same summary line and
+    bit-identical weights."""
+    summaries, weights = {}, {}
+    for name, data in runs.items():
+        done = run_script("train.py", *tiny, *data, "--max-epochs=1", f"--output-dir={tmp / name}")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        summaries[name] = done.stdout.strip().splitlines()[-1].split("train throughput=")[0]
+        last = torch.load(tmp / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        weights[name] = last["state_dict"]
+    source, *streamed = runs
+    for name in streamed:
+        assert summaries[name] == summaries[source], name
+        for key, weight in weights[source].items():
+            assert torch.equal(weights[name][key], weight), f"{name}: {key}"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import boto3
 import pytest
-import torch
 from conftest import Launch, run_train, wait
 from streaming_runs import (
     BUCKET,
     assert_same_run,
+    assert_trains_as_its_source,
     prepare,
     s3_server_bucket,  # noqa: F401  # the fixture s3_bucket
     start,
@@ -47,10 +47,6 @@ def chunks(photos: Path) -> Path:
     return output
 
 
-def weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(output_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
-
-
 def test_chunks_on_disk_and_on_s3_train_exactly_as_the_folder_they_were_made_from(
     photos: Path, chunks: Path, s3_bucket: str, tmp_path: Path
 ) -> None:
@@ -60,15 +56,7 @@ def test_chunks_on_disk_and_on_s3_train_exactly_as_the_folder_they_were_made_fro
         "local": ["--data=streaming", f"--data-dir={chunks}"],
         "s3": ["--data=streaming", f"--data-dir={s3_bucket}/photos", f"--cache-dir={tmp_path / 'cache'}"],
     }
-    summaries = {}
-    for name, data in runs.items():
-        done = run_train(*TINY, *data, "--max-epochs=1", f"--output-dir={tmp_path / name}")
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        summaries[name] = done.stdout.strip().splitlines()[-1].split("train throughput=")[0]
-    assert summaries["local"] == summaries["folder"] == summaries["s3"]
-    for name in ("local", "s3"):
-        for key, weight in weights(tmp_path / "folder").items():
-            assert torch.equal(weights(tmp_path / name)[key], weight), f"{name}: {key}"
+    assert_trains_as_its_source(TINY, runs, tmp_path)
     assert list((tmp_path / "cache").rglob("index.json")), "the index was not cached in --cache-dir"
 
 
