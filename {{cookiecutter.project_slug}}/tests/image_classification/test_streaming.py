@@ -114,6 +114,7 @@ def test_a_chunk_cut_short_or_deleted_mid_run_ends_it_in_one_line(
         prepare(f"--data-dir={photos}", f"--output={data_dir}")
     args = [*TINY, "--data=streaming", f"--data-dir={data_dir}", "--max-epochs=50", f"--output-dir={tmp_path}/o"]
     args.append(f"--num-workers={1 if where == 'local' else 0}")  # the error from a loader worker, and from the run
+    args.append(f"--cache-dir={tmp_path / 'cache'}")  # its own: LitData's default is shared on the node
     process = start(launch, "one device", args, tmp_path / "unused")[0]
     lines = []
     for line in process.stdout or []:
