@@ -23,6 +23,10 @@ import torch
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import TINY  # the bake's task's: tiny_args
 
 ROOT = Path(__file__).resolve().parents[1]
+# A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
+SAVING = pytest.mark.parametrize(
+    "formats", [[], ["--checkpoint-format=sharded", "--async-save"]], ids=["file", "sharded-async"]
+)
 __all__ = [
     "ROOT",
     "TIMEOUT",

@@ -13,9 +13,9 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from conftest import one_error_line
+from conftest import SAVING, one_error_line
 
-from {{ cookiecutter.package_name }}.engine import Config
+from {{ cookiecutter.package_name }}.engine import Config, read_checkpoint
 
 from .conftest import run_toy, train
 from .test_monitors import FusedAdamW
@@ -152,21 +152,24 @@ def test_nan_loss_stops_naming_the_step_and_remedies_and_keeps_the_last_good_che
         assert all(torch.isfinite(w).all() for w in saved["state_dict"].values() if w.is_floating_point())
 
 
+@SAVING
 def test_a_checkpoint_due_at_the_nan_step_is_refused_and_the_advice_works(
-    my_task: Path, tiny_args: list[str], tmp_path: Path
+    formats: list[str], my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
     """A save every step comes before that step's loss is checked; the weights themselves decide."""
     diverging = run_toy(
-        my_task, *tiny_args, "--max-epochs=100", "--max-steps=20", "--lr=1e8", "--checkpoint-every=1steps"
+        my_task, *tiny_args, *formats, "--max-epochs=100", "--max-steps=20", "--lr=1e8", "--checkpoint-every=1steps"
     )
     assert diverging.returncode == 1, diverging.stderr[-3000:]
-    for checkpoint in (tmp_path / "run" / "checkpoints").glob("*.ckpt"):
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    saves = list((tmp_path / "run" / "checkpoints").glob("*.ckpt"))
+    assert saves, "the steps before the nan were saved"
+    for checkpoint in saves:
+        saved = read_checkpoint(checkpoint)
         assert all(torch.isfinite(w).all() for w in saved["state_dict"].values() if w.is_floating_point())
     assert "Traceback" not in diverging.stderr
     [line] = [line for line in diverging.stderr.splitlines() if line.startswith("error: ")]
     assert " became nan or inf at step " in line and "Start again in another --output-dir with a lower --lr" in line
-    advised = [*tiny_args, f"--output-dir={tmp_path / 'again'}", "--lr=0.002", "--checkpoint-every=1steps"]
+    advised = [*tiny_args, *formats, f"--output-dir={tmp_path / 'again'}", "--lr=0.002", "--checkpoint-every=1steps"]
     assert run_toy(my_task, *advised).returncode == 0
 
 

@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import SAVING
 
 import train
+from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
     ImageClassifier,
 )
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:
-    return torch.load(output_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    return read_checkpoint(output_dir / "checkpoints" / "last.ckpt")
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int, interruption: str) -> None:
@@ -56,9 +58,11 @@ def telling_step(running: dict[int, float]) -> int:
     return step
 
 
+@SAVING
 def test_resume_last_after_ctrl_c_mid_epoch_ends_with_the_weights_and_epoch_accuracy_of_an_uninterrupted_run(
-    tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    formats: list[str], tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The stopped and resumed run may save sharded, in the background: it ends as the uninterrupted one's file."""
     args = [*tiny_args, "--max-epochs=2"]  # 32 samples in batches of 8: 4 steps per epoch, 8 in all
     running = record_running_accuracy(monkeypatch)
     expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
@@ -71,10 +75,10 @@ def test_resume_last_after_ctrl_c_mid_epoch_ends_with_the_weights_and_epoch_accu
     out = tmp_path / "stopped"
     interrupt_at(monkeypatch, at, "ctrl-c")
     with pytest.raises(SystemExit):
-        train.main([*args, f"--output-dir={out}"])
+        train.main([*args, *formats, f"--output-dir={out}"])
     assert last_checkpoint(out)["global_step"] == at
     monkeypatch.undo()
-    metrics = train.main([*args, f"--output-dir={out}", "--resume=last"])
+    metrics = train.main([*args, *formats, f"--output-dir={out}", "--resume=last"])
     got = last_checkpoint(out)
     for name, weight in expected["state_dict"].items():
         assert torch.equal(got["state_dict"][name], weight), name

@@ -22,7 +22,7 @@ from .rundir import check_writable_dir, last_path
 from .task import AFRESH, RECORD, SCHEDULE, Task, TaskDefault, first_dim, saved_record
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports each when first used
-    from .checkpoints import check_checkpoint
+    from .checkpoint_checks import check_checkpoint, read_checkpoint
     from .guards import check_enough_data
     from .hardware import Hardware, apply_backend_flags, cpus_per_device
     from .hardware import resolve as resolve_hardware
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
 
 # name: (module, attribute in it)
 _HEAVY = {
-    "check_checkpoint": ("checkpoints", "check_checkpoint"),
+    "check_checkpoint": ("checkpoint_checks", "check_checkpoint"),
     "check_enough_data": ("guards", "check_enough_data"),
     "Hardware": ("hardware", "Hardware"),
     "apply_backend_flags": ("hardware", "apply_backend_flags"),
@@ -55,6 +55,7 @@ _HEAVY = {
     "HALF_PRECISIONS": ("peaks", "HALF_PRECISIONS"),
     "device_peak": ("peaks", "device_peak"),
     "peak_flops": ("peaks", "peak_flops"),
+    "read_checkpoint": ("checkpoint_checks", "read_checkpoint"),
     "RunPromises": ("promises", "RunPromises"),
     "run_stoppable": ("signals", "run_stoppable"),
     "StreamedItems": ("streaming", "StreamedItems"),
@@ -113,6 +114,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "partial_path",
     "peak_flops",
     "publish",
+    "read_checkpoint",
     "read_made_by",
     "read_yaml",
     "resolve_hardware",

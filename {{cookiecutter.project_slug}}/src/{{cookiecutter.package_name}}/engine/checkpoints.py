@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
-import pickle
-import re
 import shutil
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
 from .rundir import last_path
+from .sharded import ShardedWriter, is_sharded, read_sharded, remove
 
 
 def resume_path(output_dir: str, resume: str | None) -> str | None:
@@ -33,10 +31,10 @@ def resume_path(output_dir: str, resume: str | None) -> str | None:
     if resume is None:
         return None
     if resume == "auto":  # hpc_ckpt_N.ckpt: what Lightning saves when SLURM warns of preemption with SIGUSR1
-        found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.is_file, [last_path(output_dir)])]
+        found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.exists, [last_path(output_dir)])]
         return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
     path = last_path(output_dir) if resume == "last" else Path(resume)
-    if not path.is_file():
+    if not (path.is_file() or is_sharded(path)):
         raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
     return str(path)
 
@@ -62,10 +60,12 @@ class NonFiniteWeightsError(RuntimeError):
 
 
 def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
-    """The names of the floating-point tensors (weights and buffers) that hold a nan or inf."""
+    """The names of the floating-point tensors (weights and buffers) that hold a nan or inf; of a sharded tensor
+    (FSDP2's DTensor), in this rank's shard."""
+    local = {name: getattr(t, "to_local", lambda t=t: t)() for name, t in state_dict.items()}
     return [
         name
-        for name, tensor in state_dict.items()
+        for name, tensor in local.items()
         if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
     ]
 
@@ -100,14 +100,22 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO: never writes non-finite weights, and uses `atomic_torch_save` for local paths.
+    """Lightning's checkpoint IO: never writes non-finite weights, and uses `atomic_torch_save` for local paths, or
+    with --checkpoint-format sharded the `sharded.ShardedWriter` (every rank's part, --async-save in the background).
 
     Every save passes here, whichever callback asks for it and in whatever order the callbacks run, so this is where
-    a nan in the weights is refused. (Under DDP only rank 0 comes here; `guards.FiniteLossGuard` makes all ranks
-    refuse together before, so none is left waiting for the others.)
+    a nan in the weights is refused. (Under DDP only rank 0 comes here for a file; `guards.FiniteLossGuard` makes all
+    ranks refuse together before, so none is left waiting for the others.)
     """
 
+    def __init__(self, sharded: bool = False, asynchronous: bool = False) -> None:
+        super().__init__()
+        self.writer = ShardedWriter(asynchronous) if sharded else None
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if self.writer is not None:  # one process: no other rank to agree with
+            self.save_sharded(checkpoint, Path(path), fresh_folder(Path(path)), 0, agree=None)
+            return
         bad = non_finite_tensors(checkpoint.get("state_dict", {}))
         if bad:
             raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad)
@@ -115,6 +123,56 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_torch_save(checkpoint, Path(path))
+
+    def save_sharded(self, checkpoint: dict[str, Any], path: Path, folder: Path, rank: int, agree: Any) -> None:
+        """Called on every rank at once. `agree`: the strategy's reduce, so that a nan in one rank's shard stops all."""
+        assert self.writer is not None
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        anywhere = len(bad) if agree is None else int(agree(torch.tensor(float(len(bad))), reduce_op="sum"))
+        if anywhere:
+            raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
+        try:
+            self.writer.save(checkpoint, path, folder, rank)
+        except BaseException as err:
+            if out_of_space(err):
+                raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
+            raise
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if is_sharded(path):
+            return read_sharded(Path(path))
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        if Path(path).is_symlink() or is_sharded(path):
+            remove(Path(path))
+            return
+        super().remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        """The end of fit or test, or a stop: the save in flight is published before anything reads it."""
+        if self.writer is not None:
+            self.writer.wait()
+
+
+def fresh_folder(final: Path) -> Path:
+    """Where the next sharded save of `final` is written before `final` points at it."""
+    return final.with_name(f".{final.name}.shards-{time.time_ns()}")
+
+
+class EveryRankWrites:
+    """A strategy of several processes whose every rank writes its part of a sharded checkpoint (Lightning's DDP and
+    single-file saves go through rank 0 alone). The path and the folder are rank 0's, so all write to the same."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        io = self.checkpoint_io  # type: ignore[attr-defined]
+        if not isinstance(io, AtomicCheckpointIO) or io.writer is None:
+            super().save_checkpoint(checkpoint, filepath, storage_options)  # type: ignore[misc]
+            return
+        broadcast = self.broadcast  # type: ignore[attr-defined]
+        path = Path(broadcast(str(filepath)))
+        folder = Path(broadcast(str(fresh_folder(path))))
+        io.save_sharded(checkpoint, path, folder, self.global_rank, agree=self.reduce)  # type: ignore[attr-defined]
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -192,76 +250,3 @@ class PeriodicCheckpoint(Checkpoint):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self.last_saved = time.monotonic()  # an epoch-end save restarts the clock too
-
-
-TRAINING_KEYS = ("state_dict", "global_step", "loops", "optimizer_states")  # what `fit(ckpt_path=...)` reads
-
-
-def check_checkpoint(
-    path: Path, model: L.LightningModule | None = None, option: str = "resume", training: bool = True
-) -> dict[str, Any]:
-    """Refuse, before anything starts, a checkpoint that is unsafe, damaged, not Lightning's, or for another model.
-
-    Lightning is asked to load with weights_only=True, which never unpickles code; this reads the file the same way
-    first, so each refusal is one line (blaming --`option`) instead of a traceback from inside `fit`. `training`:
-    it must hold the optimizer and loop state to continue from, not only weights. Returns the (memory-mapped) contents.
-    """
-    if path.stat().st_size == 0:
-        raise ConfigError(option, f"{path} is empty (0 bytes): a save that never finished; give another checkpoint")
-    if not zipfile.is_zipfile(path):  # what torch.save has written since PyTorch 1.6, and Lightning always
-        raise ConfigError(
-            option,
-            f"{path} is not a checkpoint written by torch.save (not a zip archive: truncated, "
-            "legacy or another format); give a .ckpt that train.py wrote",
-        )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        what = f"a pickled {found.group(1)}" if found else "pickled objects"
-        raise ConfigError(
-            option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
-        ) from None
-    except (RuntimeError, OSError, EOFError) as err:
-        reason = str(err).strip().splitlines()[0]
-        raise ConfigError(option, f"{path} is not a readable checkpoint ({reason}); give another one") from None
-    needed = TRAINING_KEYS if training else TRAINING_KEYS[:1]
-    missing = [key for key in needed if not isinstance(checkpoint, dict) or key not in checkpoint]
-    if missing:
-        what = f"a {type(checkpoint).__name__}" if not isinstance(checkpoint, dict) else f"no {', '.join(missing)}"
-        kind = "training checkpoint" if training else "checkpoint"
-        raise ConfigError(
-            option,
-            f"{path} is not a Lightning {kind} ({what}); give a last.ckpt, hpc_ckpt_N.ckpt or best-*.ckpt that "
-            "train.py wrote",
-        )
-    hparams = checkpoint.get("hyper_parameters") or {}
-    if isinstance(hparams, dict) and "_instantiator" in hparams:  # Lightning would import and call it (CVE-2026-58659)
-        raise ConfigError(
-            option,
-            f"{path} names an _instantiator ({hparams['_instantiator']!r}) that loading would "
-            "import and run; refusing it. train.py never writes one",
-        )
-    if model is not None:
-        check_same_network(path, checkpoint, model, option)
-    return checkpoint
-
-
-def check_same_network(path: Path, checkpoint: dict[str, Any], model: L.LightningModule, option: str) -> None:
-    """The checkpoint's weights must fit this run's network; if not, name the options that differ."""
-    saved, ours = checkpoint["state_dict"], model.state_dict()
-    clash = next((k for k in ours if k not in saved or saved[k].shape != ours[k].shape), None)
-    clash = clash or next((k for k in saved if k not in ours), None)
-    if clash is None:
-        return
-    theirs = checkpoint.get("hyper_parameters") or {}
-    differ = [
-        f"{k}={theirs[k]!r} (this run: {v!r})" for k, v in model.hparams.items() if k in theirs and theirs[k] != v
-    ]
-    theirs_shape, our_shape = (tuple(d[clash].shape) if clash in d else "absent" for d in (saved, ours))
-    what = ", ".join(differ) if differ else f"weights differ ({clash}: {theirs_shape} vs {our_shape})"
-    raise ConfigError(
-        option,
-        f"{path} is for another network: {what}; resume with the options it was trained "
-        "with, or start afresh in another --output-dir",
-    )

@@ -22,6 +22,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 NAME_MAX, PATH_MAX = 255, 4095  # bytes in a file or folder name, and in a whole path, on Linux
 OPTIMIZERS = ("adamw", "muon")
+CHECKPOINT_FORMATS = ("file", "sharded")
 LOGGERS = ("tensorboard", "csv", "wandb", "mlflow")
 TRACKERS = ("wandb", "mlflow")  # loggers whose package (of the same name) is optional
 
@@ -107,6 +108,13 @@ class Config:
         "also save last.ckpt mid-epoch this often: '30min', '2h', '500steps', both ('30min,500steps') or 'off'; "
         "bounds what a hard kill (OOM killer, node loss) loses",
     )
+    checkpoint_format: str = opt(
+        "file",
+        "file: one .ckpt, gathered on rank 0 (loads anywhere); sharded: a folder each rank writes its part of "
+        "(torch.distributed.checkpoint), no gathering",
+        CHECKPOINT_FORMATS,
+    )
+    async_save: bool = opt(False, "sharded: training waits only for a copy to host memory; the write goes on behind")
     val_every: int | None = opt(
         None, "validate every this many optimizer steps, counted across epochs; unset = at each epoch's end"
     )
@@ -160,6 +168,8 @@ class Config:
             raise ConfigError(bad, f"must be 0 or more, got {getattr(self, bad)}")
         if self.ema and not 0 < self.ema_decay < 1:
             raise ConfigError("ema_decay", f"must be between 0 and 1 (0.999 is usual), got {self.ema_decay}")
+        if self.async_save and self.checkpoint_format != "sharded":
+            raise ConfigError("async_save", "writes sharded checkpoints only: add --checkpoint-format sharded")
         if self.ema and self.strategy == "fsdp":
             raise ConfigError("ema", "keeps a whole copy of the model on every device, which FSDP exists to avoid")
 

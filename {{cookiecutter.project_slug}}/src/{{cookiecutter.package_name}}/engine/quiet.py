@@ -11,6 +11,8 @@ import warnings
 KNOWN_NOISE = (
     # Lightning 2.6's pytree helper builds LeafSpec, which torch 2.10+ deprecates: six lines per run, nothing to do.
     (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\."),
+    # A sharded save in one process (sharded.py): DCP says it assumes one process, which is the case, at every save.
+    (UserWarning, r"torch.distributed is disabled, unavailable or uninitialized", r"torch\.distributed\.checkpoint"),
 )
 
 

@@ -169,7 +169,7 @@ class RunRecord(Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._move_position(checkpoint, recorded_options(checkpoint))
-        self._rescale_optimizer(checkpoint, pl_module)
+        self._rescale_optimizer(checkpoint, trainer, pl_module)
 
     def _move_position(self, checkpoint: dict[str, Any], old: dict[str, Any]) -> None:
         """The loader's place, counted in old batches, as new ones: the epoch's order is one permutation for all
@@ -190,14 +190,18 @@ class RunRecord(Callback):
         for key, value in current.items():
             current[key] = max(0, value + moved - done)
 
-    def _rescale_optimizer(self, checkpoint: dict[str, Any], pl_module: L.LightningModule) -> None:
+    def _rescale_optimizer(self, checkpoint: dict[str, Any], trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The saved optimizer and scheduler states hold the old peak rate, weight decay and betas; this run's replace
         them (betas only for an EngineModule's AdamW: a module of a team's own chose its optimizer's).
 
-        The schedule's multipliers are functions, which are not saved: they are already this run's."""
+        The schedule's multipliers are functions, which are not saved: they are already this run's. A sharded FSDP2
+        checkpoint has no optimizer_states: Lightning loaded them into the optimizers already, so those change."""
+        states = checkpoint.get("optimizer_states") or [{"param_groups": o.param_groups} for o in trainer.optimizers]
+        if not states:  # a test: no optimizer
+            return
         muon, adamw = pl_module.optimizer_groups() if isinstance(pl_module, EngineModule) else ([], None)
         ours = muon + adamw if adamw is not None else None
-        for optimizer, scheduler in zip(checkpoint["optimizer_states"], checkpoint["lr_schedulers"], strict=True):
+        for optimizer, scheduler in zip(states, checkpoint["lr_schedulers"], strict=True):
             # --optimizer muon: Muon's groups come first, and peak at --muon-lr
             peaks = [self.cfg.muon_lr] * len(muon) + [self.cfg.lr] * (len(optimizer["param_groups"]) - len(muon))
             scale = [peak / base for peak, base in zip(peaks, scheduler["base_lrs"], strict=True)]

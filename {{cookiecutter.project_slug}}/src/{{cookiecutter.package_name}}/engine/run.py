@@ -33,8 +33,10 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     import lightning as L
 
     from . import hardware
-    from .checkpoints import check_checkpoint, check_same_network, resume_path
+    from .checkpoint_checks import check_checkpoint, check_same_network
+    from .checkpoints import resume_path
     from .resume_changes import RunRecord, check_changes, keep_batch_size
+    from .sharded import check_format
     from .trainer import build_trainer, check_launcher, fsdp_units, launched_as_global_zero
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
@@ -43,6 +45,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         if task.resolve is not None:
             hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
         check_launcher(cfg)
+        check_format(cfg, task.fsdp2)
         ckpt = resume_path(cfg.output_dir, cfg.resume)
         # Read before the data and the model are built: an option the checkpoint refuses must download nothing
         saved: dict[str, Any] = check_checkpoint(Path(ckpt)) if ckpt is not None else {}
@@ -116,7 +119,7 @@ def _fit_and_test(
     fit_metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
     # A path, never None where there is one: under SLURM Lightning would test the newest hpc_ckpt_N.ckpt, however old
     last = last_path(cfg.output_dir)
-    tested = best or (str(last) if last.is_file() and not cfg.fast_dev_run else None)
+    tested = best or (str(last) if last.exists() and not cfg.fast_dev_run else None)
     with explain_failures(cfg, trainer, datamodule, task.unit):  # a stop during the test too: its own line and code
         trainer.test(model, datamodule=datamodule, ckpt_path=tested, weights_only=True)
     metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}

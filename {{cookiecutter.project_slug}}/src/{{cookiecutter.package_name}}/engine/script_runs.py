@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
+from .checkpoint_checks import read_checkpoint
 
 SRC = Path(__file__).resolve().parents[2]  # src/, put on the script's path as if the project were installed
 # Before the task's flags, which may replace them: a tiny epoch of a few batches, every step logged
@@ -99,9 +99,9 @@ class ConformanceRuns:
         assert done.returncode == 0, f"tiny run: exited {done.returncode}:\n{tail(done)}"
         return done
 
-    def stopped(self, out: Path) -> subprocess.CompletedProcess[str]:
+    def stopped(self, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         """The tiny run, sent SIGTERM as a scheduler sends it (the whole process group) once training starts."""
-        cmd, env = self.command(*self.flags(out))
+        cmd, env = self.command(*self.flags(out, *extra))
         pipe, merged = subprocess.PIPE, subprocess.STDOUT
         # a session of its own: SIGTERM to its group reaches the run and its loader workers, and nothing else
         process = subprocess.Popen(
@@ -125,8 +125,8 @@ class ConformanceRuns:
 
 def last_checkpoint(out: Path) -> dict[str, Any]:
     path = out / "checkpoints" / "last.ckpt"
-    assert path.is_file(), f"resume: no {path.name} in {path.parent} after SIGTERM"
-    return torch.load(path, weights_only=True)
+    assert path.exists(), f"resume: no {path.name} in {path.parent} after SIGTERM"
+    return read_checkpoint(path)
 
 
 def validations(out: Path) -> list[str]:

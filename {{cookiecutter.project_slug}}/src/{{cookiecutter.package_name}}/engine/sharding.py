@@ -4,8 +4,8 @@ PyTorch recommends FSDP2 over FSDP1: each parameter is a DTensor sharded on dim 
 parameter names, dtypes and the optimizer stay as they were, and it runs on CPUs (gloo) as well as GPUs. Each block
 of the network (the engine's `block_types`, or the task's `wrap_policy`) is one unit: its parameters are gathered
 just before it runs and freed after, and with --activation-checkpointing its activations are recomputed in the
-backward pass. Checkpoints are gathered into one ordinary file on rank 0 (written atomically, loadable anywhere),
-not a folder of shards.
+backward pass. Checkpoints are gathered into one ordinary file on rank 0 (written atomically, loadable anywhere), or
+with --checkpoint-format sharded written by every rank, its own shards (`sharded.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
+from .checkpoints import EveryRankWrites
 from .cli import note
 from .eval_split import ExactMeans
 
@@ -22,12 +23,20 @@ from .eval_split import ExactMeans
 RESHARD_AFTER_FORWARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
 
-class FullyShard(ExactMeans, ModelParallelStrategy):
+class FullyShard(EveryRankWrites, ExactMeans, ModelParallelStrategy):
     def __init__(
-        self, blocks: set[type[nn.Module]], activation_checkpointing: bool, sharding: str, world_size: int
+        self,
+        blocks: set[type[nn.Module]],
+        activation_checkpointing: bool,
+        sharding: str,
+        world_size: int,
+        sharded_checkpoints: bool = False,
     ) -> None:
-        # every process is one data-parallel rank (no tensor parallelism); one checkpoint file, not a folder of shards
-        super().__init__(data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=False)
+        # every process is one data-parallel rank (no tensor parallelism); with --checkpoint-format sharded each
+        # writes its own shards, else they are gathered into one file on rank 0
+        super().__init__(
+            data_parallel_size=world_size, tensor_parallel_size=1, save_distributed_checkpoint=sharded_checkpoints
+        )
         self.blocks, self.activation_checkpointing = blocks, activation_checkpointing
         self.reshard_after_forward = RESHARD_AFTER_FORWARD[sharding]
 

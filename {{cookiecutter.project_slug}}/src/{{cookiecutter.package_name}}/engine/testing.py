@@ -33,6 +33,8 @@ from .script_runs import (
     warned,
 )
 
+# --checkpoint-format sharded --async-save: every rank writes its part in the background, and resumes exactly too
+SHARDED_ASYNC = ("--checkpoint-format=sharded", "--async-save")
 STOP_ATTEMPTS = 3  # SIGTERM lands where the run is when it arrives: at an epoch's end, it proves less, so try again
 
 
@@ -116,12 +118,13 @@ class TaskConformance:
         said = warned(done.stdout + done.stderr, "channels_last")
         assert not said, said[0].removeprefix("warning: ")
 
-    def test_sigterm_then_resume_last_ends_bit_identical(self, runs: ConformanceRuns) -> None:
+    @pytest.mark.parametrize("saving", [(), SHARDED_ASYNC], ids=["file", "sharded-async"])
+    def test_sigterm_then_resume_last_ends_bit_identical(self, saving: tuple[str, ...], runs: ConformanceRuns) -> None:
         runs.tiny()
-        whole = torch.load(runs.tmp / "tiny" / "checkpoints" / "last.ckpt", weights_only=True)
+        whole = last_checkpoint(runs.tmp / "tiny")
         for attempt in range(STOP_ATTEMPTS):  # the stop lands where the run is when it arrives: mid-epoch, or retry
-            out = runs.tmp / f"stopped{attempt}"
-            stopped = runs.stopped(out)
+            out = runs.tmp / f"stopped{'-'.join(saving)}{attempt}"
+            stopped = runs.stopped(out, *saving)
             assert stopped.returncode in (0, 128 + signal.SIGTERM), (
                 f"resume: SIGTERM to the process group mid-run exited {stopped.returncode}, not "
                 f"{128 + signal.SIGTERM}:\n{tail(stopped)}"
@@ -135,7 +138,7 @@ class TaskConformance:
                 "stopped at an epoch's end, first); give `tiny` a first epoch of more steps"
             )
         assert 0 < saved["global_step"] < whole["global_step"], "resume: SIGTERM did not stop the tiny run mid-way"
-        resumed = runs.run(*runs.flags(out, "--resume=last"))
+        resumed = runs.run(*runs.flags(out, *saving, "--resume=last"))
         assert resumed.returncode == 0, f"resume: --resume last exited {resumed.returncode}:\n{tail(resumed)}"
         got = last_checkpoint(out)
         kept = (saved.get("exact_resume") or {}).get("train_loader") is not None

@@ -23,7 +23,7 @@ from lightning.pytorch.plugins.environments import (
 from lightning.pytorch.strategies import Strategy
 from torch import nn
 
-from .checkpoints import AtomicCheckpointIO, PeriodicCheckpoint, RunCheckpoint, last_path
+from .checkpoints import AtomicCheckpointIO, EveryRankWrites, PeriodicCheckpoint, RunCheckpoint, last_path
 from .config import Config, ConfigError, parse_every
 from .eval_split import ExactDDP, ExactFSDP
 from .guards import FiniteLossGuard
@@ -66,7 +66,8 @@ def build_strategy(
     cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, fsdp2: bool = False
 ) -> Strategy | str:
     if cfg.strategy == "fsdp" and fsdp2:
-        return FullyShard(wrap or set(), cfg.activation_checkpointing, cfg.fsdp_sharding, hw.world_size)
+        sharded = cfg.checkpoint_format == "sharded"
+        return FullyShard(wrap or set(), cfg.activation_checkpointing, cfg.fsdp_sharding, hw.world_size, sharded)
     if cfg.strategy == "fsdp":
         # Lightning derives FSDP's mixed-precision policy from --precision; `wrap` are the blocks sharded one by one.
         return ExactFSDP(
@@ -77,8 +78,12 @@ def build_strategy(
     if cfg.strategy == "ddp" or hw.world_size > 1:
         # Every parameter gets a gradient each step, so the unused-parameter search would be pure overhead;
         # gradient_as_bucket_view saves one gradient-sized copy.
-        return ExactDDP(find_unused_parameters=False, gradient_as_bucket_view=True)
+        return RunDDP(find_unused_parameters=False, gradient_as_bucket_view=True)
     return "auto"
+
+
+class RunDDP(EveryRankWrites, ExactDDP):
+    pass
 
 
 def build_cluster_environments() -> list[ClusterEnvironment]:
@@ -186,7 +191,11 @@ def build_trainer(
         devices=hw.devices,
         num_nodes=cfg.num_nodes,
         strategy=build_strategy(cfg, hw, wrap, fsdp2=task.fsdp2 if task else False),
-        plugins=[AtomicCheckpointIO(), *build_cluster_environments()],  # saves that never leave a truncated file
+        # saves that never leave a truncated file (or a half-written folder)
+        plugins=[
+            AtomicCheckpointIO(cfg.checkpoint_format == "sharded", cfg.async_save),
+            *build_cluster_environments(),
+        ],
         precision=hw.precision,
         sync_batchnorm=cfg.sync_batchnorm,
         max_epochs=cfg.max_epochs,

@@ -5,6 +5,7 @@ eval crop), and the CSV/JSONL rows written all at once or not at all."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
     Refused in one line: a missing file, one with pickled objects (it is read with weights_only=True, never running
     code from the file), and a checkpoint that is not from this project's train.py."""
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():
         raise ConfigError(
             "checkpoint", f"no file at {path}; give a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt"
         )
@@ -48,7 +49,12 @@ def load_classifier(path: str, **overrides: Any) -> ImageClassifier:
             "checkpoint", f"{path} is not a checkpoint of this project's train.py ({what}); give one that is"
         )
     try:
-        return ImageClassifier.load_from_checkpoint(file, map_location="cpu", weights_only=True, **overrides)
+        source: Path | io.BytesIO = file
+        if not file.is_file():  # a sharded folder (--checkpoint-format sharded): the one file it makes, in memory
+            source = io.BytesIO()
+            torch.save(checkpoint, source)
+            source.seek(0)
+        return ImageClassifier.load_from_checkpoint(source, map_location="cpu", weights_only=True, **overrides)
     except (RuntimeError, KeyError, TypeError, ValueError) as err:  # weights that do not fit the network it names
         reason = str(err).strip().splitlines()[0]
         model = checkpoint["hyper_parameters"]["model"]

@@ -25,7 +25,7 @@ SHAPE = ("vocab_size", "layers", "heads", "width", "positions")  # the hparams t
 
 def load_checkpoint(path: str) -> tuple[GPT, Tokenizer]:
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():
         raise ConfigError("checkpoint", f"no file at {path}; give a .ckpt that train.py wrote")
     checkpoint = check_checkpoint(file, option="checkpoint", training=False)
     hparams = checkpoint.get("hyper_parameters") or {}

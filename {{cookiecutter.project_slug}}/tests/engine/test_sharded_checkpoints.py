@@ -1,0 +1,138 @@
+"""--checkpoint-format sharded and --async-save through my_task.py's command line: a stop to the process group and a
+kill -9 during a background write both resume to the weights of an uninterrupted run, a checkpoint's name is never
+on a half-written folder, and nan weights are never saved. Two DDP ranks: tests/engine/test_distributed.py; FSDP2:
+tests/language_model/test_language_model.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from {{ cookiecutter.package_name }}.engine import read_checkpoint
+
+from .conftest import TOY, run_toy, signalling_task
+from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
+
+SHARDED = ["--checkpoint-format=sharded"]
+MODES = {"sharded": SHARDED, "sharded-async": [*SHARDED, "--async-save"]}
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for name, weight in want.items():
+        assert torch.equal(got[name], weight), name
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_group_sigterm_mid_epoch_then_resume_last_ends_as_the_uninterrupted_file_run(
+    mode: str, my_task: Path, tmp_path: Path
+) -> None:
+    args = [*TOY, "--max-epochs=2", "--checkpoint-every=off"]  # 4 steps an epoch, 8 in all
+    whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")  # one file, the default
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    want = read_checkpoint(tmp_path / "whole" / "checkpoints" / "last.ckpt")
+
+    out = tmp_path / "run"
+    script = signalling_task(
+        tmp_path / "stopping.py", my_task, "on_train_batch_end(self, trainer, *args)", "trainer.global_step == 6"
+    )
+    stopped = run_toy(script, *args, *MODES[mode], f"--output-dir={out}", new_session=True)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and "saved" in stopped.stderr
+    last = out / "checkpoints" / "last.ckpt"
+    assert last.is_symlink() and (last / "meta.pt").is_file() and (last / ".metadata").is_file()
+    halfway = read_checkpoint(last)
+    assert 6 <= halfway["global_step"] < 8  # mid-epoch, in the second
+    assert not all(torch.equal(halfway["state_dict"][k], w) for k, w in want["state_dict"].items()), "not the end"
+
+    resumed = run_toy(my_task, *args, *MODES[mode], f"--output-dir={out}", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = read_checkpoint(last)
+    assert got["global_step"] == want["global_step"] == 8
+    assert_same_weights(got["state_dict"], want["state_dict"])
+    assert_same_weights(got["optimizer_states"][0]["state"][0], want["optimizer_states"][0]["state"][0])
+    summary = [line for line in resumed.stdout.splitlines() if line.startswith(("best ", "last "))]
+    expected = [line for line in whole.stdout.splitlines() if line.startswith(("best ", "last "))]
+    assert [s.split("train throughput")[0] for s in summary] == [e.split("train throughput")[0] for e in expected]
+    # one folder per checkpoint name, each the one its link points at: nothing left over from the earlier saves
+    folders = sorted(p.name for p in last.parent.iterdir() if p.is_dir() and not p.is_symlink())
+    assert folders == sorted(os.readlink(p) for p in last.parent.iterdir() if p.is_symlink())
+
+
+def in_flight(folder: Path) -> Path | None:
+    """A sharded save of last.ckpt being written: its folder exists, and the name points elsewhere."""
+    last = folder / "last.ckpt"
+    if not last.is_symlink():
+        return None
+    pointed = os.readlink(last)
+    return next((p for p in folder.glob(".last.ckpt.shards-*") if p.name != pointed), None)
+
+
+def test_kill_9_during_a_background_write_leaves_the_previous_checkpoint_and_resume_ends_as_uninterrupted(
+    my_task: Path,
+    runs: list[Run],  # noqa: F811  # the fixture imported above
+    tmp_path: Path,
+) -> None:
+    # A wider network (4.2M parameters, 50 MB a checkpoint with AdamW's moments) written after every step: a save is
+    # nearly always in flight
+    args = [*TOY, "--hidden=2048", "--samples=4096", "--max-epochs=1", "--max-steps=30", "--checkpoint-every=1steps"]
+    out = tmp_path / "run"
+    run = Run(my_task, *args, *MODES["sharded-async"], f"--output-dir={out}")
+    runs.append(run)
+    run.wait_for("epoch 1/1  batch 1/")
+    deadline = time.monotonic() + 120
+    while (writing := in_flight(out / "checkpoints")) is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert writing is not None, "no save was ever seen in flight"
+    run.kill()  # SIGKILL to the whole group, writer thread and all, mid-write
+    assert run.process.wait() == -signal.SIGKILL
+    last = out / "checkpoints" / "last.ckpt"
+    kept = read_checkpoint(last)  # whole and loadable: the name still points at the save before
+    assert os.readlink(last) != writing.name or (writing / ".metadata").is_file()
+    assert 1 <= kept["global_step"] < 30
+
+    resumed = run_toy(my_task, *args, *MODES["sharded-async"], f"--output-dir={out}", "--resume=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not writing.exists(), "the half-written folder was removed by the next save of the same name"
+    whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    want = read_checkpoint(tmp_path / "whole" / "checkpoints" / "last.ckpt")
+    got = read_checkpoint(last)
+    assert got["global_step"] == want["global_step"] == 30
+    assert_same_weights(got["state_dict"], want["state_dict"])
+
+
+def test_a_sharded_checkpoint_holding_a_pickled_object_is_refused_without_running_it(
+    my_task: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    first = run_toy(my_task, *TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    meta = out / "checkpoints" / "last.ckpt" / "meta.pt"
+    saved = torch.load(meta, weights_only=True)
+    saved["payload"] = Path("/")  # any class: unpickling it would run its constructor
+    torch.save(saved, meta)
+    resumed = run_toy(my_task, *TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", "--resume=last")
+    assert resumed.returncode == 2
+    assert resumed.stderr.strip().splitlines() == [
+        f"error: --resume: {out / 'checkpoints' / 'last.ckpt'} holds a pickled pathlib.PosixPath, not just tensors "
+        "and plain values; refusing to unpickle it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--async-save"], "error: --async-save: writes sharded checkpoints only: add --checkpoint-format sharded"),
+        (["--checkpoint-format=folder"], "error: --checkpoint-format: 'folder' is not one of: file, sharded"),
+    ],
+)
+def test_bad_checkpoint_options_are_one_line(flags: list[str], message: str, my_task: Path, tmp_path: Path) -> None:
+    result = run_toy(my_task, *TOY, *flags, f"--output-dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and result.stderr.strip() == message
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,46 @@
+"""predict.py and export.py read a sharded checkpoint (--checkpoint-format sharded) as they read the file: the same
+rows, the same exported graph. Training, stopping and resuming sharded: tests/image_classification/test_resume.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }}.engine import read_checkpoint
+from {{ cookiecutter.package_name }}.engine.sharded import ShardedWriter
+
+from .trained_model import run_script, trained_checkpoint
+
+CPU = ["--accelerator=cpu", "--precision=32-true"]
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Path, str]]]:
+    return trained_checkpoint(tmp_path_factory.getbasetemp() / "tiny-classifier")
+
+
+def test_predict_and_export_read_a_sharded_folder_as_the_file_it_holds(
+    trained: tuple[Path, list[tuple[Path, str]]], tmp_path: Path
+) -> None:
+    checkpoint, held = trained
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    sharded = folder / "last.ckpt"  # written by the engine's writer, as train.py --checkpoint-format sharded does
+    ShardedWriter(asynchronous=False).save(read_checkpoint(checkpoint), sharded, folder / ".last.ckpt.shards-1", 0)
+    assert sharded.is_symlink() and os.readlink(sharded) == ".last.ckpt.shards-1"
+
+    images = [str(path) for path, _ in held[:6]]
+    rows = {}
+    for name, source in (("file", checkpoint), ("sharded", sharded)):
+        output = tmp_path / f"{name}.csv"
+        result = run_script("predict.py", "--checkpoint", str(source), *images, f"--output={output}", *CPU)
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows[name] = output.read_text()
+    assert rows["sharded"] == rows["file"] and len(rows["file"].splitlines()) == 7
+
+    exported = tmp_path / "model.onnx"
+    result = run_script("export.py", f"--checkpoint={sharded}", "--format=onnx", f"--output={exported}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"exported {exported}" in result.stdout and exported.stat().st_size > 0
