@@ -130,11 +130,12 @@ def test_two_nodes_under_torchrun_train_as_one_job(
     assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes
 
 
+@SAVING
 def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
-    launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+    formats: list[str], launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
     """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH, and the toy task as the
-    train.py it starts."""
+    train.py it starts. The requeue kills the job right after the save: an --async-save one must be on disk by then."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
     (stubs / "python").write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {my_task} "$@"\n')  # `python train.py`
@@ -149,7 +150,7 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
     slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
     # 100 steps an epoch: the signal comes after the first epoch's checkpoint, long before the last step
-    job = ["bash", "scripts/slurm.sbatch", *tiny_args, "--samples=800", "--max-steps=400", "--max-epochs=100"]
+    job = ["bash", "scripts/slurm.sbatch", *tiny_args, *formats, "--samples=800", "--max-steps=400", "--max-epochs=100"]
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
 
     first = launch(job, env)
@@ -161,9 +162,9 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
     os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
     output = wait(first)
     assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
-    saved = torch.load(tmp_path / "run" / "hpc_ckpt_1.ckpt", map_location="cpu", weights_only=False)
+    saved = read_checkpoint(tmp_path / "run" / "hpc_ckpt_1.ckpt")
     assert 100 <= saved["global_step"] < 400
 
     output = finish(launch(job, env))
     assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
-    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 400
+    assert read_checkpoint(last)["global_step"] == 400

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
+import string
 import time
 from pathlib import Path
 from typing import Any
@@ -133,6 +135,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
         try:
             self.writer.save(checkpoint, path, folder, rank)
+            if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
+                self.writer.wait()
         except BaseException as err:
             if out_of_space(err):
                 raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
@@ -156,8 +160,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def fresh_folder(final: Path) -> Path:
-    """Where the next sharded save of `final` is written before `final` points at it."""
-    return final.with_name(f".{final.name}.shards-{time.time_ns()}")
+    """Where the next sharded save of `final` is written before `final` points at it. Letters only: Lightning numbers
+    SLURM's saves by the digits it finds after "ckpt_" in any name in the --output-dir. From `secrets`: the seeded
+    generators are part of what a resume restores."""
+    letters = "".join(secrets.choice(string.ascii_lowercase) for _ in range(12))
+    return final.with_name(f".{final.name}.shards-{letters}")
 
 
 class EveryRankWrites:
@@ -182,7 +189,7 @@ class RunCheckpoint(ModelCheckpoint):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath
-        if old and new and old != new and Path(new, Path(state_dict.get("best_model_path") or "-").name).is_file():
+        if old and new and old != new and Path(new, Path(state_dict.get("best_model_path") or "-").name).exists():
 
             def moved(path: str) -> str:
                 return str(Path(new, Path(path).name)) if path else path

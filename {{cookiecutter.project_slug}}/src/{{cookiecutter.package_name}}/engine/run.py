@@ -198,7 +198,7 @@ def explain_failures(
         fail(str(err))
     except (NonFiniteLossError, NonFiniteWeightsError) as err:
         last = last_path(cfg.output_dir)
-        kept = f"the last good checkpoint {last} is untouched" if last.is_file() else "no checkpoint was written"
+        kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
         # A fresh start: a resumed run would continue the saved optimizer and schedule
         fail(
             f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "

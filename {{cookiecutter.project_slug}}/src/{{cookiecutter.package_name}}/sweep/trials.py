@@ -168,7 +168,7 @@ class Sweep:
         again = f" (continuing trial {trial.user_attrs['resumes']})" if "resumes" in trial.user_attrs else ""
         print(f"trial {trial.number} started{again}: {shown}", flush=True)
         out.mkdir(parents=True, exist_ok=True)
-        if not last_path(out).is_file():  # nothing to resume: a record left by a run killed unsaved is stale
+        if not last_path(out).exists():  # nothing to resume: a record left by a run killed unsaved is stale
             (out / "validation.jsonl").unlink(missing_ok=True)
         # A trial is a run of its own on this worker's devices, not a task of the worker's SLURM job
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}

@@ -17,7 +17,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
-from ...engine import ConfigError
+from ...engine import ConfigError, read_checkpoint
 from .networks import TIMM
 
 LIBRARY = "default"  # what a bare --pretrained means: the architecture's default pretrained weights
@@ -44,7 +44,7 @@ def load_pretrained(net: nn.Module, name: str, source: str, head: set[str], imag
 def file_state(path: str) -> Mapping[str, Tensor]:
     """A state_dict from .pt/.pth/.bin, .safetensors, or a Lightning .ckpt of this project (its `net.` weights)."""
     file = Path(path)
-    if not file.is_file() or not path.endswith(SUFFIXES):
+    if not file.exists() or not path.endswith(SUFFIXES):
         raise ConfigError(
             "pretrained", f"no weights file at {path}; give a {'/'.join(SUFFIXES)} file, or no value for the default"
         )
@@ -54,7 +54,7 @@ def file_state(path: str) -> Mapping[str, Tensor]:
 
             state = load_file(path)
         else:
-            state = torch.load(file, map_location="cpu", weights_only=True)  # never runs code from the file
+            state = read_checkpoint(file)  # never runs code from the file; a .ckpt may be a sharded folder
     except Exception as err:  # unpickling and safetensors raise many types; all mean unreadable
         raise ConfigError("pretrained", f"cannot read {path}: {str(err).splitlines()[0][:200]}") from None
     nested = state.get("state_dict") if isinstance(state, dict) else None
