@@ -51,7 +51,7 @@ IMAGE_ANSWER_INDEPENDENT = [
 # multi-process files a part of their own), the image task's stop-and-resume files, and the sweep's (a few minutes of
 # train.py subprocesses) are parts of their own.
 ENGINE_PROCESSES = ["engine/test_stops.py", "engine/test_distributed.py", "engine/test_multinode.py"]
-ENGINE_PROCESSES += ["engine/test_compile_cache.py", "engine/test_muon.py"]
+ENGINE_PROCESSES += ["engine/test_compile_cache.py", "engine/test_muon.py", "engine/test_sharded_checkpoints.py"]
 IMAGE_STOPS_AND_RESUMES = [
     f"image_classification/{name}"
     for name in (
@@ -71,7 +71,7 @@ LM = {"task": "language-model"}
 SUITES = {  # id: (answers, files left out, the only files run, minutes measured on 2 cores: conftest.py deals by it)
     "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 6),
     "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 8),
-    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 8),
+    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 10),
     "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
     "defaults-sweep": ({}, [], SWEEP, 4),
     "defaults-streaming": ({}, [], IMAGE_STREAMING, 10),
@@ -81,7 +81,7 @@ SUITES = {  # id: (answers, files left out, the only files run, minutes measured
     "language-model-streaming": (LM, [], LM_STREAMING, 3),
     # the engine's suite in the language model's bake too: what a team there runs is proven there, not by proxy
     "language-model-engine": (LM, ENGINE_PROCESSES, ["engine"], 9),
-    "language-model-engine-processes": (LM, [], ENGINE_PROCESSES, 8),
+    "language-model-engine-processes": (LM, [], ENGINE_PROCESSES, 10),
 }
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -24,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from {{ cookiecutter.package_name }}.bench.report import figures_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"file": [], "sharded": ["--checkpoint-format=sharded"]}
@@ -62,7 +63,8 @@ def run(program: Path, args: list[str], log: Path) -> tuple[dict[int, list[float
 
 
 def size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    """Bytes of a checkpoint file, or of a sharded folder's files."""
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -73,21 +75,7 @@ def main() -> None:
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's arguments")
     options = parser.parse_args()
     train_args = options.train_args[1:] if options.train_args[:1] == ["--"] else options.train_args
-    import lightning
-    import torch
-
-    names = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
-    cpu = names[0].split(":", 1)[1].strip() if names else platform.processor()
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU used"
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        with options.out.open("a") as out:
-            out.write(line + "\n")
-
-    say(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: python {shlex.join(sys.argv)}")
-    say(f"# device: {cpu}, {len(os.sched_getaffinity(0))} usable cores; {gpu}")
-    say(f"# torch {torch.__version__}, lightning {lightning.__version__}, python {platform.python_version()}")
+    say = figures_file(options.out, sys.argv)
     say(f"# train.py args: {shlex.join(train_args)} --checkpoint-every {options.every}steps")
     say("# mode: seconds training was blocked per save on rank 0 (median, max; all ranks' max) | saves | size | run s")
     work = Path(tempfile.mkdtemp(prefix="checkpoint-blocking-"))

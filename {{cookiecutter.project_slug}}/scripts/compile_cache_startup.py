@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from {{ cookiecutter.package_name }}.bench.report import figures_file
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_STEP = re.compile(
@@ -65,20 +66,7 @@ def main() -> None:
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's arguments")
     options = parser.parse_args()
     train_args = options.train_args[1:] if options.train_args[:1] == ["--"] else options.train_args
-    import lightning
-    import torch
-
-    names = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
-    cpu = names[0].split(":", 1)[1].strip() if names else platform.processor()
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        with options.out.open("a") as out:
-            out.write(line + "\n")
-
-    say(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: python {shlex.join(sys.argv)}")
-    say(f"# device: {cpu}, {len(os.sched_getaffinity(0))} usable cores; no GPU used")
-    say(f"# torch {torch.__version__}, lightning {lightning.__version__}, python {platform.python_version()}")
+    say = figures_file(options.out, sys.argv)
     say(f"# train.py args: {shlex.join(train_args)} --compile (each run stopped by SIGTERM after its first step)")
     for round_ in range(1, options.rounds + 1):
         work = Path(tempfile.mkdtemp(prefix="compile-cache-startup-"))

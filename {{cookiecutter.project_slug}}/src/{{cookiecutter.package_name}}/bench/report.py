@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import shlex
 import statistics
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,22 @@ def device_name(device: str) -> str:
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
     return f"{models[0] if models else 'CPU'} ({os.cpu_count()} threads)"
+
+
+def figures_file(out: Path, argv: list[str]) -> Callable[[str], None]:
+    """`say`, which prints a line and appends it to `out` at once (a run cut short keeps what it measured), after a
+    header: when, the command, the device and the versions."""
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        with out.open("a") as fh:
+            fh.write(line + "\n")
+
+    device = device_name("cuda" if torch.cuda.is_available() else "cpu")
+    say(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: python {shlex.join(argv)}")
+    say(f"# device: {device}, {len(os.sched_getaffinity(0))} usable cores")
+    say(f"# torch {torch.__version__}, lightning {lightning.__version__}, python {platform.python_version()}")
+    return say
 
 
 def task_results(task: Task, command: str, accelerator: str, warmup: int, steps: int) -> dict[str, Any]:
