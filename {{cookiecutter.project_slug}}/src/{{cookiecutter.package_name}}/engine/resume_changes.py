@@ -49,6 +49,8 @@ FREE = (
     "compile",
     "compile_mode",
     "compile_cache",
+    "checkpoint_format",  # a resume reads either; the next saves take the new one
+    "async_save",
     "channels_last",
     "tf32",
     "sync_batchnorm",
