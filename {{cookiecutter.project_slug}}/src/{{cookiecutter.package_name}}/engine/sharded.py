@@ -19,7 +19,6 @@ import io
 import os
 import shutil
 import threading
-import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -125,14 +124,12 @@ class ShardedWriter:
         self.published = threading.Event()
         self.failure: BaseException | None = None
         self.group: Any = None
-        self.blocked: list[float] = []  # seconds each save held training up: what bench's save timing reads
 
     def save(self, checkpoint: dict[str, Any], final: Path, folder: Path, rank: int) -> None:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint import FileSystemWriter
 
-        started = time.perf_counter()
         self.wait()
         tensors, rest = split(checkpoint)
         folder.mkdir(parents=True, exist_ok=True)
@@ -157,7 +154,6 @@ class ShardedWriter:
                 saving = saving.upload_completion
             saving.add_done_callback(lambda done: self._finish(done, folder, final, rank))
             self.pending = saving
-        self.blocked.append(time.perf_counter() - started)
 
     def _finish(self, done: Future[Any], folder: Path, final: Path, rank: int) -> None:
         try:
