@@ -79,9 +79,8 @@ SUITES = {  # id: (answers, files left out, the only files run, minutes measured
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
     "language-model": (LM, [ENGINE, *LM_STREAMING], [], 7),
     "language-model-streaming": (LM, [], LM_STREAMING, 3),
-    # the engine's suite in the language model's bake too: what a team there runs is proven there, not by proxy
-    "language-model-engine": (LM, ENGINE_PROCESSES, ["engine"], 9),
-    "language-model-engine-processes": (LM, [], ENGINE_PROCESSES, 10),
+    # The language model's bake runs its own conformance suite (tests/language_model/), and the engine's suite once,
+    # in the defaults bake: the test below proves that suite, the engine and the README's task the same in every bake.
 }
 
 
@@ -113,6 +112,26 @@ def test_generated_suite_passes(
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
+
+
+def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: Path) -> None:
+    """What lets the defaults bake's run of tests/engine/ stand for every bake's (it takes 20 minutes of CI a bake):
+    the engine, its suite and the README's toy task that suite trains are the same files but for the package name."""
+
+    def engine_files(project: Path, package: str) -> dict[str, str]:
+        readme = (project / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
+        files = {"README.md#Bring your own task": readme}
+        for folder in (project / "src" / package / "engine", project / "tests" / "engine"):
+            for path in sorted(folder.rglob("*.py")):
+                files[str(path.relative_to(project)).replace(package, "PACKAGE")] = path.read_text()
+        # the package as code names it (a comment may name the other task's folder, language_model, as a word)
+        return {n: t.replace(f"{package}.engine", "P.engine").replace(f'"{package}"', '"P"') for n, t in files.items()}
+
+    image = engine_files(bake(tmp_path / "image"), "image_classifier")
+    language = engine_files(bake(tmp_path / "language", **LM), "language_model")
+    assert sorted(image) == sorted(language)
+    assert len(image) > 40, "the engine and its suite were not found"
+    assert [name for name in image if image[name] != language[name]] == []
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -105,7 +106,12 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    if not sys.platform.startswith("linux"):
+        return True
+    try:  # a zombie has ended: in a container whose init never reaps orphans, a killed run stays one for good
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # it ended meanwhile
+        return False
 
 
 @contextmanager
