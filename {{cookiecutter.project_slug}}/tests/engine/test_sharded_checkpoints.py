@@ -6,14 +6,18 @@ tests/language_model/test_language_model.py."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
+from {{ cookiecutter.package_name }}.engine.sharded_read import read_sharded
 
 from .conftest import TOY, run_toy, signalling_task
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
@@ -108,22 +112,46 @@ def test_kill_9_during_a_background_write_leaves_the_previous_checkpoint_and_res
     assert_same_weights(got["state_dict"], want["state_dict"])
 
 
-def test_a_sharded_checkpoint_holding_a_pickled_object_is_refused_without_running_it(
-    my_task: Path, tmp_path: Path
+class Planted:
+    """What a planted checkpoint carries: unpickling it would make a folder, standing for any code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return os.mkdir, (str(self.marker),)
+
+
+def plant_in_meta(folder: Path, payload: Planted) -> None:
+    saved = torch.load(folder / "meta.pt", weights_only=True)
+    torch.save({**saved, "payload": payload}, folder / "meta.pt")
+
+
+def plant_in_index(folder: Path, payload: Planted) -> None:
+    """In DCP's own `.metadata`, which torch.distributed.checkpoint unpickles with plain pickle."""
+    index = pickle.loads((folder / ".metadata").read_bytes())  # the run's own file: trusted here
+    index.planner_data["payload"] = payload
+    (folder / ".metadata").write_bytes(pickle.dumps(index))
+
+
+@pytest.mark.parametrize("plant", [plant_in_meta, plant_in_index], ids=["meta.pt", ".metadata"])
+def test_a_sharded_checkpoint_holding_code_is_refused_without_running_it(
+    plant: Callable[[Path, Planted], None], my_task: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "run"
+    out, marker = tmp_path / "run", tmp_path / "ran"
     first = run_toy(my_task, *TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}")
     assert first.returncode == 0, first.stderr[-3000:]
-    meta = out / "checkpoints" / "last.ckpt" / "meta.pt"
-    saved = torch.load(meta, weights_only=True)
-    saved["payload"] = Path("/")  # any class: unpickling it would run its constructor
-    torch.save(saved, meta)
+    plant(out / "checkpoints" / "last.ckpt", Planted(marker))
     resumed = run_toy(my_task, *TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", "--resume=last")
     assert resumed.returncode == 2
     assert resumed.stderr.strip().splitlines() == [
-        f"error: --resume: {out / 'checkpoints' / 'last.ckpt'} holds a pickled pathlib.PosixPath, not just tensors "
+        f"error: --resume: {out / 'checkpoints' / 'last.ckpt'} holds a pickled posix.mkdir, not just tensors "
         "and plain values; refusing to unpickle it"
     ]
+    assert not marker.exists()
+    with pytest.raises(pickle.UnpicklingError):  # the front door tools read checkpoints through
+        read_checkpoint(out / "checkpoints" / "last.ckpt")
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(
@@ -137,3 +165,30 @@ def test_bad_checkpoint_options_are_one_line(flags: list[str], message: str, my_
     result = run_toy(my_task, *TOY, *flags, f"--output-dir={tmp_path / 'run'}")
     assert result.returncode == 2 and result.stderr.strip() == message
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sharded_checkpoint_of_another_network_is_refused_by_its_shapes(my_task: Path, tmp_path: Path) -> None:
+    """Checked before a resume from the index's shapes alone (no rank reads the shards for it), as a file's are."""
+    out = tmp_path / "run"
+    first = run_toy(my_task, *TOY, "--max-steps=2", "--hidden=8", *SHARDED, f"--output-dir={out}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    last = out / "checkpoints" / "last.ckpt"
+    resume = [*TOY, "--max-steps=4", "--hidden=16", *SHARDED, f"--output-dir={out}", "--resume=last"]
+    resumed = run_toy(my_task, *resume)
+    assert resumed.returncode == 2
+    assert resumed.stderr.strip().startswith("error: --hidden: the checkpoint was trained with 8, not 16;")
+    peek, whole = read_sharded(last, tensors=False), read_checkpoint(last)
+    assert {k: (v.shape, v.dtype) for k, v in peek["state_dict"].items() if v.is_meta} == {
+        k: (v.shape, v.dtype) for k, v in whole["state_dict"].items()
+    }
+    assert [g["weight_decay"] for g in peek["optimizer_states"][0]["param_groups"]] == [0.05, 0.0]  # read, not shaped
+    # Without the options it recorded (a checkpoint from elsewhere), its weights' shapes show it
+    saved = torch.load(last / "meta.pt", weights_only=True)
+    del saved["run_record"], saved["hyper_parameters"]["hidden"]
+    torch.save(saved, last / "meta.pt")
+    resumed = run_toy(my_task, *resume)
+    assert resumed.returncode == 2
+    assert resumed.stderr.strip() == (
+        f"error: --resume: {last} is for another network: weights differ (net.0.weight: (8, 8) vs (16, 8)); "
+        "resume with the options it was trained with, or start afresh in another --output-dir"
+    )

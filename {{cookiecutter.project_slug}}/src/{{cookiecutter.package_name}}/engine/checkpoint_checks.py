@@ -14,7 +14,8 @@ import torch
 from torch.distributed.checkpoint import CheckpointException
 
 from .config import ConfigError
-from .sharded import is_sharded, read_sharded
+from .sharded import is_sharded
+from .sharded_read import read_sharded
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -26,13 +27,19 @@ TRAINING_KEYS = ("state_dict", "global_step", "loops", "optimizer_states")  # wh
 
 
 def check_checkpoint(
-    path: Path, model: L.LightningModule | None = None, option: str = "resume", training: bool = True
+    path: Path,
+    model: L.LightningModule | None = None,
+    option: str = "resume",
+    training: bool = True,
+    tensors: bool = True,
 ) -> dict[str, Any]:
     """Refuse, before anything starts, a checkpoint that is unsafe, damaged, not Lightning's, or for another model.
 
     Lightning is asked to load with weights_only=True, which never unpickles code; this reads the file the same way
     first, so each refusal is one line (blaming --`option`) instead of a traceback from inside `fit`. `training`:
-    it must hold the optimizer and loop state to continue from, not only weights. Returns the (memory-mapped) contents.
+    it must hold the optimizer and loop state to continue from, not only weights. Returns the (memory-mapped) contents;
+    of a sharded folder without `tensors`, meta tensors of the saved shapes (what the checks read: a resume loads the
+    shards itself, each rank its own).
     """
     sharded = is_sharded(path)
     if not sharded and path.stat().st_size == 0:
@@ -46,11 +53,12 @@ def check_checkpoint(
         )
     try:
         if sharded:
-            checkpoint = read_sharded(path)
+            checkpoint = read_sharded(path, tensors)
         else:  # memory-mapped: a look at a large checkpoint reads little of it
             checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        # weights_only's two wordings: a global it does not allow, and one from a module it blocks (os, subprocess)
+        found = re.search(r"unsupported (?:global: )?GLOBAL (\S+)", str(err), flags=re.I)
         what = f"a pickled {found.group(1)}" if found else "pickled objects"
         raise ConfigError(
             option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"

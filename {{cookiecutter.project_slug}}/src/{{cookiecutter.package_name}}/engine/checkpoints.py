@@ -25,7 +25,8 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
 from .rundir import last_path
-from .sharded import ShardedWriter, is_sharded, read_sharded, remove
+from .sharded import ShardedWriter, is_sharded, remove
+from .sharded_read import read_sharded
 
 
 def resume_path(output_dir: str, resume: str | None) -> str | None:

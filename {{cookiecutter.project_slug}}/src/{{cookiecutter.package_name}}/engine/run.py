@@ -48,7 +48,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         check_format(cfg, task.fsdp2)
         ckpt = resume_path(cfg.output_dir, cfg.resume)
         # Read before the data and the model are built: an option the checkpoint refuses must download nothing
-        saved: dict[str, Any] = check_checkpoint(Path(ckpt)) if ckpt is not None else {}
+        saved: dict[str, Any] = check_checkpoint(Path(ckpt), tensors=False) if ckpt is not None else {}
         notes = keep_batch_size(cfg, saved) if ckpt is not None else []
         datamodule = task.build_data(cfg, opts, hw)
         if ckpt is not None:

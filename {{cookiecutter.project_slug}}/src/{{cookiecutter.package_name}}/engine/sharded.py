@@ -15,7 +15,6 @@ relative, so a moved or copied --output-dir keeps working.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import threading
@@ -50,37 +49,6 @@ def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     tensors = {"state_dict": rest.pop("state_dict")}
     tensors.update({f"optimizer_{i}": state for i, state in enumerate(rest.pop("optimizer_states", []))})
     return tensors, rest
-
-
-def read_sharded(path: Path) -> dict[str, Any]:
-    """The whole checkpoint in a sharded folder as one dict, as torch.load gives a file's: full tensors on the CPU.
-
-    Read with weights_only everywhere: DCP itself unpickles its non-tensor items with weights_only=False, so each is
-    tried the safe way first, and one that carries code is refused (pickle.UnpicklingError) before it runs."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-    class SafePlanner(_EmptyStateDictLoadPlanner):
-        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-            data = value.read()
-            torch.load(io.BytesIO(data), weights_only=True)
-            super().load_bytes(read_item, io.BytesIO(data))
-
-    tensors: dict[str, Any] = {}
-    _load_state_dict(tensors, storage_reader=FileSystemReader(path), planner=SafePlanner(), no_dist=True)
-    checkpoint = torch.load(path / META, map_location="cpu", weights_only=True)
-    checkpoint["state_dict"] = tensors.pop("state_dict")
-    optimizers = sorted((k for k in tensors if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
-    checkpoint["optimizer_states"] = [numbered(tensors.pop(k)) for k in optimizers]
-    return checkpoint
-
-
-def numbered(optimizer: dict[str, Any]) -> dict[str, Any]:
-    """DCP keeps dict keys as strings: a torch optimizer's state is keyed by parameter numbers, which it matches to
-    the numbers in its param_groups, so "0" would load as no state at all. (FSDP2's are names: kept.)"""
-    state = optimizer.get("state", {})
-    return {**optimizer, "state": {int(k) if str(k).isdigit() else k: v for k, v in state.items()}}
 
 
 def publish_folder(folder: Path, final: Path) -> None:

@@ -1,0 +1,100 @@
+"""Reading a sharded checkpoint (`sharded.py` writes them) without ever running code from it.
+
+torch.distributed.checkpoint trusts its files: it unpickles the folder's `.metadata` and every non-tensor item with
+plain pickle, so a planted folder runs whatever it names. Here `.metadata` may name only the index's own classes and
+torch's dtypes, and each non-tensor item is read with weights_only, as `torch.load` reads a file; anything else is
+refused with pickle.UnpicklingError before it runs.
+"""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import metadata as index
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+from .sharded import META
+
+# What DCP's index pickles besides the classes of its own metadata module: where each item lies in the files, tensor
+# sizes, dtypes and layouts, and the folder it was written to.
+INDEX_NAMES = {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
+    ("torch", "Size"): torch.Size,
+    ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
+    ("collections", "OrderedDict"): dict,
+    **{("pathlib", name): getattr(pathlib, name) for name in ("PosixPath", "PurePosixPath", "WindowsPath")},
+}
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in INDEX_NAMES:
+            return INDEX_NAMES[module, name]
+        found = getattr(index, name, None) if module == index.__name__ else None
+        if isinstance(found, type):  # its dataclasses and enums: data only
+            return found
+        found = getattr(torch, name, None) if module == "torch" else None
+        if isinstance(found, torch.dtype):
+            return found
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")  # as weights_only words it
+
+
+class _SafeReader(FileSystemReader):
+    def read_metadata(self, *args: Any, **kwargs: Any) -> index.Metadata:
+        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as fh:
+            metadata = _IndexUnpickler(fh).load()
+        if not isinstance(metadata, index.Metadata):
+            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {type(metadata).__qualname__}")
+        metadata.storage_meta = metadata.storage_meta or index.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _SafePlanner(_EmptyStateDictLoadPlanner):
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        data = value.read()
+        torch.load(io.BytesIO(data), weights_only=True)
+        super().load_bytes(read_item, io.BytesIO(data))
+
+
+def read_sharded(path: Path, tensors: bool = True) -> dict[str, Any]:
+    """The checkpoint in a sharded folder as one dict, as torch.load gives a file's: full tensors on the CPU. Without
+    `tensors`, each tensor is a meta tensor of its saved shape and dtype: what the checks before a resume need,
+    without every rank reading every rank's shards (gigabytes for a model that FSDP2 shards)."""
+    reader = _SafeReader(path)
+    metadata = reader.read_metadata()
+    wanted = None if tensors else {k for k, v in metadata.state_dict_metadata.items() if not shaped(v)}
+    contents: dict[str, Any] = {}
+    planner = _SafePlanner(wanted, allow_partial_load=not tensors)
+    _load_state_dict(contents, storage_reader=reader, planner=planner, no_dist=True)
+    if not tensors:
+        for key, item in metadata.state_dict_metadata.items():
+            if shaped(item):
+                where = (metadata.planner_data or {}).get(key, (key,))
+                set_element(contents, where, torch.empty(item.size, dtype=item.properties.dtype, device="meta"))
+    checkpoint = torch.load(path / META, map_location="cpu", weights_only=True)
+    if "state_dict" in contents:  # else refused by the checks, as a file without one is
+        checkpoint["state_dict"] = contents.pop("state_dict")
+    optimizers = sorted((k for k in contents if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
+    checkpoint["optimizer_states"] = [numbered(contents.pop(k)) for k in optimizers]
+    return checkpoint
+
+
+def shaped(item: Any) -> bool:
+    return isinstance(item, index.TensorStorageMetadata)
+
+
+def numbered(optimizer: dict[str, Any]) -> dict[str, Any]:
+    """DCP keeps dict keys as strings: a torch optimizer's state is keyed by parameter numbers, which it matches to
+    the numbers in its param_groups, so "0" would load as no state at all. (FSDP2's are names: kept.)"""
+    state = optimizer.get("state", {})
+    return {**optimizer, "state": {int(k) if str(k).isdigit() else k: v for k, v in state.items()}}
