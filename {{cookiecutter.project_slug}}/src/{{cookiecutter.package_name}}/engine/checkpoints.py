@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
-import string
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
 from .rundir import last_path
-from .sharded import ShardedWriter, is_sharded, remove
+from .sharded import ShardedWriter, fresh_folder, is_sharded, remove
 from .sharded_read import read_sharded
 
 
@@ -158,14 +156,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """The end of fit or test, or a stop: the save in flight is published before anything reads it."""
         if self.writer is not None:
             self.writer.wait()
-
-
-def fresh_folder(final: Path) -> Path:
-    """Where the next sharded save of `final` is written before `final` points at it. Letters only: Lightning numbers
-    SLURM's saves by the digits it finds after "ckpt_" in any name in the --output-dir. From `secrets`: the seeded
-    generators are part of what a resume restores."""
-    letters = "".join(secrets.choice(string.ascii_lowercase) for _ in range(12))
-    return final.with_name(f".{final.name}.shards-{letters}")
 
 
 class EveryRankWrites:

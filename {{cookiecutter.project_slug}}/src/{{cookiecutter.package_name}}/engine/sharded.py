@@ -7,7 +7,7 @@ rank 0's torch.save of everything else (loops, callbacks, hparams). Under FSDP2 
 DDP, where every rank holds the same tensors, DCP shares their writing out between the ranks.
 
 A folder cannot be renamed over another atomically, so the name (`last.ckpt`, `best-...ckpt`) is a symbolic link to
-a hidden folder beside it, `.<name>.shards-<ns>`: the shards are written there, then a new link is renamed over the
+a hidden folder beside it, `.<name>.shards-<letters>`: the shards are written there, then a new link is renamed over the
 name (atomic), and the folder the name pointed to before is removed. A kill at any moment leaves the name on a whole
 checkpoint; a folder that a kill left half-written is removed by the next save of the same name. The link's target is
 relative, so a moved or copied --output-dir keeps working.
@@ -16,7 +16,9 @@ relative, so a moved or copied --output-dir keeps working.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import string
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -49,6 +51,14 @@ def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     tensors = {"state_dict": rest.pop("state_dict")}
     tensors.update({f"optimizer_{i}": state for i, state in enumerate(rest.pop("optimizer_states", []))})
     return tensors, rest
+
+
+def fresh_folder(final: Path) -> Path:
+    """Where the next sharded save of `final` is written before `final` points at it. Letters only: Lightning numbers
+    SLURM's saves by the digits it finds after "ckpt_" in any name in the --output-dir. From `secrets`: the seeded
+    generators are part of what a resume restores."""
+    letters = "".join(secrets.choice(string.ascii_lowercase) for _ in range(12))
+    return final.with_name(f".{final.name}.shards-{letters}")
 
 
 def publish_folder(folder: Path, final: Path) -> None:

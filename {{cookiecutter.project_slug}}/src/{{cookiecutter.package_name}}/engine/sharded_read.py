@@ -72,25 +72,21 @@ def read_sharded(path: Path, tensors: bool = True) -> dict[str, Any]:
     without every rank reading every rank's shards (gigabytes for a model that FSDP2 shards)."""
     reader = _SafeReader(path)
     metadata = reader.read_metadata()
-    wanted = None if tensors else {k for k, v in metadata.state_dict_metadata.items() if not shaped(v)}
+    shapes = {k: v for k, v in metadata.state_dict_metadata.items() if isinstance(v, index.TensorStorageMetadata)}
+    wanted = None if tensors else metadata.state_dict_metadata.keys() - shapes.keys()
     contents: dict[str, Any] = {}
     planner = _SafePlanner(wanted, allow_partial_load=not tensors)
     _load_state_dict(contents, storage_reader=reader, planner=planner, no_dist=True)
     if not tensors:
-        for key, item in metadata.state_dict_metadata.items():
-            if shaped(item):
-                where = (metadata.planner_data or {}).get(key, (key,))
-                set_element(contents, where, torch.empty(item.size, dtype=item.properties.dtype, device="meta"))
+        for key, item in shapes.items():
+            where = (metadata.planner_data or {}).get(key, (key,))
+            set_element(contents, where, torch.empty(item.size, dtype=item.properties.dtype, device="meta"))
     checkpoint = torch.load(path / META, map_location="cpu", weights_only=True)
     if "state_dict" in contents:  # else refused by the checks, as a file without one is
         checkpoint["state_dict"] = contents.pop("state_dict")
     optimizers = sorted((k for k in contents if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
     checkpoint["optimizer_states"] = [numbered(contents.pop(k)) for k in optimizers]
     return checkpoint
-
-
-def shaped(item: Any) -> bool:
-    return isinstance(item, index.TensorStorageMetadata)
 
 
 def numbered(optimizer: dict[str, Any]) -> dict[str, Any]:
