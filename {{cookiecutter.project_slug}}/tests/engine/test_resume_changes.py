@@ -6,6 +6,7 @@ of it. The image task's own options are tests/image_classification/test_resume_c
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import os
 import shutil
@@ -146,3 +147,23 @@ def metric_column(run: Path, name: str) -> list[tuple[int, str]]:
     [metrics] = (run / "logs").glob("*/metrics.csv")
     header, *rows = (line.split(",") for line in metrics.read_text().splitlines())
     return [(int(row[header.index("step")]), row[header.index(name)]) for row in rows if row[header.index(name)]]
+
+
+@pytest.mark.parametrize("epochs", ["1", "2"])
+def test_a_run_that_reached_max_steps_inside_an_epoch_goes_on_with_that_epoch_under_a_larger_max_steps(
+    epochs: str, my_task: Path, tmp_path: Path
+) -> None:
+    """Lightning ends the epoch at --max-steps; resumed, it would start the next one (or, with --max-epochs 1, train
+    nothing) without the batches this epoch had left."""
+    out = tmp_path / "run"
+    args = [*TOY, "--samples=64", f"--max-epochs={epochs}", f"--output-dir={out}"]  # 8 steps an epoch
+    first = run_toy(my_task, *args, "--max-steps=3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    extended = run_toy(my_task, *args, "--max-steps=6", "--resume=last")
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    last = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (last["global_step"], last["epoch"]) == (6, 0)
+    assert last["exact_resume"]["train_loader"]["batches_done"] == 6
+    with open(out / "logs" / "version_0" / "metrics.csv", newline="") as file:
+        steps = [row["step"] for row in csv.DictReader(file) if row.get("train/loss")]
+    assert steps == [str(s) for s in range(6)], "each step logged once, at its own step"

@@ -67,6 +67,7 @@ class ExactResume(Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._saved = checkpoint.get("exact_resume")
+        continue_the_cut_epoch(checkpoint)  # Lightning restores the loops from this dict after this hook
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._saved is None:
@@ -76,3 +77,19 @@ class ExactResume(Callback):
         loader = trainer.train_dataloader
         if isinstance(loader, ResumableLoader) and saved["train_loader"] is not None:
             loader.load_state_dict(saved["train_loader"])
+
+
+def continue_the_cut_epoch(checkpoint: dict[str, Any]) -> None:
+    """A run that reached --max-steps inside an epoch is saved as if that epoch had ended: Lightning runs the epoch's
+    end there. Resumed with a larger --max-steps it would then start the next epoch, skipping the rest of this one, or
+    with --max-epochs 1 train nothing. Its epoch counters are set back to those of a save inside the epoch (after a
+    validation), so the epoch goes on from the batch where it stopped."""
+    fit = (checkpoint.get("loops") or {}).get("fit_loop")
+    if not fit or fit["epoch_loop.batch_progress"]["is_last_batch"]:
+        return
+    epochs = fit["epoch_progress"]
+    for counts in (epochs["total"], epochs["current"]):
+        if not counts["ready"] == counts["started"] == counts["processed"] == counts["completed"] + 1:
+            return  # not saved at an epoch's end
+    for counts in (epochs["total"], epochs["current"]):
+        counts["processed"] -= 1
