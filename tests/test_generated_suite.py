@@ -69,15 +69,15 @@ IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
 SUITES = {  # id: (answers, files left out, the only files run, minutes measured on 2 cores: conftest.py deals by it)
-    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 6),
-    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 8),
+    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 8),
+    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 14),
     "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 10),
     "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
     "defaults-sweep": ({}, [], SWEEP, 4),
-    "defaults-streaming": ({}, [], IMAGE_STREAMING, 10),
-    "fp16-fsdp-csv": (FP16_FSDP_CSV, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
-    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 3),
-    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 7),
+    "defaults-streaming": ({}, [], IMAGE_STREAMING, 6),
+    "fp16-fsdp-csv": (FP16_FSDP_CSV, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 4),
+    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 4),
+    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 11),
     "language-model-streaming": (LM, [], LM_STREAMING, 3),
     # The language model's bake runs its own conformance suite (tests/language_model/), and the engine's suite once,
     # in the defaults bake: the test below proves that suite, the engine and the README's task the same in every bake.
