@@ -30,8 +30,7 @@ INDEX_NAMES = {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): _StorageInfo,
     ("torch", "Size"): torch.Size,
     ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
-    ("collections", "OrderedDict"): dict,
-    **{("pathlib", name): getattr(pathlib, name) for name in ("PosixPath", "PurePosixPath", "WindowsPath")},
+    ("pathlib", "PosixPath"): pathlib.PosixPath,
 }
 
 
@@ -49,14 +48,18 @@ class _IndexUnpickler(pickle.Unpickler):
 
 
 class _SafeReader(FileSystemReader):
+    metadata: index.Metadata | None = None  # read once: read_sharded needs it before DCP's load asks for it
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> index.Metadata:
-        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as fh:
-            metadata = _IndexUnpickler(fh).load()
-        if not isinstance(metadata, index.Metadata):
-            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {type(metadata).__qualname__}")
-        metadata.storage_meta = metadata.storage_meta or index.StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
+        if self.metadata is None:
+            with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as fh:
+                metadata = _IndexUnpickler(fh).load()
+            if not isinstance(metadata, index.Metadata):
+                raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {type(metadata).__qualname__}")
+            self.metadata = metadata
+        self.metadata.storage_meta = self.metadata.storage_meta or index.StorageMeta()
+        self.metadata.storage_meta.load_id = self.load_id
+        return self.metadata
 
 
 class _SafePlanner(_EmptyStateDictLoadPlanner):
