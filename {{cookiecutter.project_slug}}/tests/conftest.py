@@ -9,7 +9,9 @@ files at tests/ itself import this one as `conftest` (pyproject's pythonpath has
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +36,7 @@ __all__ = [
     "Launch",
     "edited",
     "finish",
+    "free_port",
     "kill_at_pause",
     "launch",
     "one_error_line",
@@ -47,6 +50,26 @@ __all__ = [
 def tiny_args(tmp_path: Path) -> list[str]:
     """One epoch of the bake's task at its tiniest, into tmp_path/run (tests/engine/ has its own for the toy task)."""
     return [*TINY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}"]
+
+
+def free_port() -> int:
+    """A port for a store that processes started next will bind (MASTER_PORT, torchrun's endpoint) after seconds of
+    importing torch. bind(0) and outgoing connections draw from the kernel's ephemeral range, so a port from there
+    can be handed to another test's store in between, and a rendezvous then joins that store and dies with it (as
+    CI once saw); a port below that range is never handed out, only bound by whoever asks for it."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux: IANA's range, which macOS and Windows use
+        first_ephemeral = 49152
+    pick = random.SystemRandom()
+    while True:
+        port = pick.randrange(10000, first_ephemeral)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # bound by another process now: try another
+                continue
+            return port
 
 
 def run_script(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ROOT, TIMEOUT, Launch, finish, kill_at_pause, run_script, wait
+from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
 
 from {{ cookiecutter.package_name }}.engine.script_runs import validations
 
@@ -35,12 +34,6 @@ LAYOUTS = {
 }
 COUNTS = ("batches", "samples", "tokens", "time")  # what a resumed process counts from its own start
 PAUSE = 6  # the kill -9 comes after this step's checkpoint: mid-way through the second epoch in every layout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module", name="s3_bucket")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,19 +14,13 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import SAVING, TIMEOUT, Launch, finish, kill_at_pause, wait
+from conftest import SAVING, TIMEOUT, Launch, finish, free_port, kill_at_pause, wait
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 
 RANKS = str(Path(__file__).with_name("ranks.py"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:

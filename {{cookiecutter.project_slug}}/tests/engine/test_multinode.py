@@ -7,22 +7,15 @@ A shared --output-dir is the normal case on a cluster: only the job's global ran
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, SAVING
+from conftest import ROOT, SAVING, free_port
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 
 LAUNCHERS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @SAVING
