@@ -3,12 +3,14 @@ naming its flag. The image task's own options are tests/image_classification/tes
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import ROOT, run_script
 
 from {{ cookiecutter.package_name }}.engine import parse_run
 from {{ cookiecutter.package_name }}.engine.config import (
@@ -123,6 +125,28 @@ def test_help_shows_every_option_with_its_default_and_reason(my_task: Path, toy:
     assert "bf16-mixed on Ampere+" in text
     assert f"(default: {toy.TASK.defaults.get('batch_size', Config().batch_size)})" in text
     assert "a few % speed" in text, "help text with a percent sign reads as written"
+
+
+# bench.py and prepare_data.py still import torch before they read their flags: seconds before a typo's line
+FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("bench.py", "prepare_data.py"))
+
+
+def test_the_entry_points_answer_a_bad_flag_before_importing_torch_or_lightning(tmp_path: Path) -> None:
+    """A typo's one line comes at once. Here torch and Lightning cannot be imported at all, so a script that imports
+    either before its flags are read fails with a traceback (train.py once imported Lightning on its way out: 5 s of
+    every one-line error)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    for name in ("torch", "lightning"):
+        (shim / f"{name}.py").write_text(f"raise ImportError('{name} was imported before the flags were read')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT / "src"), str(ROOT)])}
+    assert "train.py" in FLAGS_FIRST and len(FLAGS_FIRST) >= 3
+    runs = [(script, ["--no-such-flag"]) for script in FLAGS_FIRST] + [("train.py", ["--max-epochs=-1"])]
+    for script, args in runs:
+        result = run_script(script, *args, env=env)
+        assert result.returncode == 2, f"{script} {args}: {result.stderr[-2000:]}"
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+    assert run_script("train.py", "--help", env=env).returncode == 0
 
 
 @pytest.mark.parametrize(

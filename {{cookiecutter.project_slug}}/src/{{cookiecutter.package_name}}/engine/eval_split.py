@@ -5,7 +5,7 @@ Lightning shares an evaluation split between ranks with a DistributedSampler, wh
 the world size by repeating samples: with 9 test samples on 2 ranks, one of them counted twice in test/acc. Lightning
 rebuilds the loader's batch sampler around that DistributedSampler; `EvenShards` takes only its rank and world size
 from it and gives each rank its own samples, in as many batches as every other rank. Equal batch counts matter: FSDP
-gathers the weights at every forward, and `signals.StopOnSignal` agrees on a stop after every test batch, so a rank
+gathers the weights at every forward, and `StopOnSignal` agrees on a stop after every test batch, so a rank
 with one batch fewer would leave the others waiting forever.
 
 Shards that differ by a sample need `ExactMeans` too: Lightning averages a `self.log(..., sync_dist=True)` value over

@@ -164,7 +164,7 @@ def run(task: Task, argv: list[str] | None = None) -> None:
         print("stopped by SIGINT", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
     finally:
-        from .signals import ignore_while_exiting
+        from .signals import ignore_while_exiting  # imports no Lightning: a bad flag's exit stays instant
 
         ignore_while_exiting()
         _leave_process_group()
@@ -190,7 +190,7 @@ def explain_failures(
 
     from .checkpoints import CheckpointSpaceError, NonFiniteWeightsError
     from .guards import NonFiniteLossError
-    from .signals import StopOnSignal
+    from .stop_on_signal import StopOnSignal
 
     try:
         yield

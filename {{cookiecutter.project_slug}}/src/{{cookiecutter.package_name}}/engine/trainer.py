@@ -34,7 +34,7 @@ from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgres
 from .promises import RunPromises
 from .resume import ExactResume
 from .sharding import FullyShard
-from .signals import StopOnSignal
+from .stop_on_signal import StopOnSignal
 from .task import Task, first_dim
 from .validation import validate_every
 
