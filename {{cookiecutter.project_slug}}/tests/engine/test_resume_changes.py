@@ -150,18 +150,17 @@ def metric_column(run: Path, name: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize(
-    ("epochs", "ranks"),
-    [(["--max-epochs=1"], []), (["--max-epochs=2"], []), (["--max-epochs=1"], ["--devices=2", "--strategy=ddp"])],
-    ids=["one-epoch", "two-epochs", "one-epoch-2-ddp-ranks"],
+    ("epochs", "ranks"), [(1, 1), (2, 1), (1, 2)], ids=["one-epoch", "two-epochs", "one-epoch-2-ddp-ranks"]
 )
 def test_a_run_that_reached_max_steps_inside_an_epoch_goes_on_with_that_epoch_under_a_larger_max_steps(
-    epochs: list[str], ranks: list[str], my_task: Path, tmp_path: Path
+    epochs: int, ranks: int, my_task: Path, tmp_path: Path
 ) -> None:
     """Lightning ends the epoch at --max-steps; resumed, it would start the next one (or, with --max-epochs 1, train
     nothing) without the batches this epoch had left."""
     out = tmp_path / "run"
-    samples = f"--samples={64 * max(1, len(ranks))}"  # 8 steps an epoch, on one process or two ranks
-    args = [*TOY, samples, *epochs, *ranks, f"--output-dir={out}"]
+    layout = ["--devices=2", "--strategy=ddp"] if ranks == 2 else []
+    # 8 steps an epoch on any number of ranks
+    args = [*TOY, f"--samples={64 * ranks}", f"--max-epochs={epochs}", *layout, f"--output-dir={out}"]
     first = run_toy(my_task, *args, "--max-steps=3")
     assert first.returncode == 0, first.stderr[-3000:]
     extended = run_toy(my_task, *args, "--max-steps=6", "--resume=last")
