@@ -3,6 +3,8 @@
 pytest exits 0 when every selected test skips, so its exit status cannot tell a GPU run from a run that proved
 nothing. This reads the counts from the report, lists every skip with its reason and every failure or error with
 its message, and exits 0 only when the tests that passed are all the tests that were selected (and there were some).
+A run stopped by SIGINT (a time box's end) still writes its report, the tests it had reached counted as passed and
+the one it was running left nameless: that test makes the run incomplete, and what it never reached is not there.
 
     python scripts/pytest_verdict.py REPORT.xml
 """
@@ -17,6 +19,8 @@ OUTCOMES = {"failure": "failed", "error": "errors", "skipped": "skipped"}  # jun
 
 
 def outcome(case: ET.Element) -> tuple[str, str]:
+    if case.get("name") is None:
+        return "interrupted", "pytest was interrupted while it ran"
     for tag, kind in OUTCOMES.items():
         child = case.find(tag)
         if child is not None:
@@ -31,18 +35,21 @@ def verdict(report: Path) -> tuple[bool, list[str]]:
     except (OSError, ET.ParseError) as err:
         return False, [f"evidence incomplete: no readable pytest report at {report} ({err}); pytest did not finish"]
     cases = root.findall(".//testcase")
-    counts = dict.fromkeys(("passed", *OUTCOMES.values()), 0)
+    counts = dict.fromkeys(("passed", *OUTCOMES.values(), "interrupted"), 0)
     lines = []
     for case in cases:
         kind, message = outcome(case)
         counts[kind] += 1
         if kind != "passed":
-            name = "::".join(filter(None, (case.get("classname"), case.get("name"))))
+            name = "::".join(filter(None, (case.get("classname"), case.get("name")))) or "a test"
             lines.append(f"  {kind.upper()}: {name}: {message}")
-    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n or kind != "interrupted")
     complete = len(cases) > 0 and counts["passed"] == len(cases)
     if complete:
         head = f"evidence complete: {len(cases)} selected, {summary}"
+    elif counts["interrupted"]:
+        head = f"evidence incomplete: interrupted, {len(cases)} in the report, {summary}; the tests it never reached "
+        head += "are not counted"
     else:
         head = f"evidence incomplete: {len(cases)} selected, {summary}"
         head += "; no test ran" if not cases else "; every selected test must pass, none may skip"

@@ -64,6 +64,6 @@ def test_default_gpu_settings_train_a_resnet_in_less_memory_than_fp32_eager_nchw
     speedup = fp32.step_seconds / fast.step_seconds
     report = f"fp32 {fp32.step_seconds * 1e3:.1f} ms/step, {fp32.peak_bytes / 2**30:.2f} GiB; "
     report += f"defaults {fast.step_seconds * 1e3:.1f} ms/step, {fast.peak_bytes / 2**30:.2f} GiB; {speedup:.2f}x"
-    print(report)  # -s shows it; scripts/gpu_evidence.sh runs with -v -s
+    print(report)  # -s shows it; scripts/gpu_evidence.sh keeps it in pytest's report
     assert (fp32.knobs, fast.knobs) == (("32-true", False), ("bf16-mixed", True)), "the two runs differ as named"
     assert fast.peak_bytes < fp32.peak_bytes, report
