@@ -16,14 +16,16 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
 
 from .config import ConfigError
-from .files import write_text
+from .files import PartialFolder, write_text
 
 MADE_BY = "made_by.json"
 SPLITS = ("train", "val")
@@ -61,15 +63,48 @@ def _bucket_key(url: str) -> tuple[str, str]:
     return bucket, f"{prefix.strip('/')}/{MADE_BY}".lstrip("/")
 
 
+BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_chunk_bytes(text: str) -> int:
+    """'64MB' -> 64000000: --chunk-bytes in bytes, a unit required (LitData's own parse fails only after the data is
+    read, and takes a unitless number for nothing it can use)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", text.lower())
+    size = int(float(found.group(1)) * BYTE_UNITS[found.group(2)]) if found and found.group(2) in BYTE_UNITS else 0
+    if size < 1:
+        units = "B, KB, MB, GB, KiB, MiB, GiB"
+        raise ConfigError("chunk_bytes", f"expected a size with its unit ({units}), like 64MB or 512KB; got {text!r}")
+    return size
+
+
+@contextmanager
+def chunks_output(output: str) -> Iterator[str]:
+    """Where `write_chunks` writes the chunks of --output: an s3:// URL as it is; a local folder through a partial
+    folder beside it (files.PartialFolder), checked before any data is read and put in place whole once made_by.json
+    is in, so a failure or a kill leaves the previous chunks, or nothing."""
+    if is_remote(output):
+        yield output
+        return
+    final = Path(output)
+    if final.is_dir() and any(final.iterdir()) and not (final / MADE_BY).is_file():
+        raise ConfigError(
+            "output", f"{final} holds files that are not chunks (no {MADE_BY}); give a new or an empty folder"
+        )
+    with PartialFolder(final, "output", replace=True) as out:
+        yield str(out.path)
+        out.publish()
+
+
 def write_chunks(
     fn: Callable[[Any], dict[str, Any]],
     splits: Mapping[str, Sequence[Any]],
     output: str,
     made_by: dict[str, Any],
     num_workers: int,
-    chunk_bytes: str,
+    chunk_bytes: int,
 ) -> None:
-    """Each split's items through `fn` into OUTPUT/<split>/ with `litdata.optimize`, then OUTPUT/made_by.json."""
+    """Each split's items through `fn` into OUTPUT/<split>/ with `litdata.optimize`, then OUTPUT/made_by.json.
+    OUTPUT: what `chunks_output` gave."""
     import litdata
 
     for split, items in splits.items():

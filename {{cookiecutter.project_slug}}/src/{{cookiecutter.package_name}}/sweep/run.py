@@ -137,7 +137,7 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
     from .report import report
 
     if args.report is not None:
-        report(load_study(args.storage, Path(args.report)), Path(args.report), args.metric)
+        report(load_study(args.storage, Path(args.report)), Path(args.report), args.metric, "report")
         return
     sweep_dir = Path(args.output_dir)
     try:
