@@ -22,6 +22,8 @@ from streaming_runs import (
     uninterrupted,
 )
 
+import prepare_data
+
 from .test_folder_resume import write_photos
 
 TINY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--image-size=16", "--batch-size=8"]
@@ -130,3 +132,19 @@ def test_a_chunk_cut_short_or_deleted_mid_run_ends_it_in_one_line(
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert process.returncode == 2 and len(errors) == 1 and "Traceback" not in output, output[-3000:]
     assert errors[0].startswith("error: --data-dir: ") and "the chunks changed during the run" in errors[0]
+
+
+@pytest.mark.parametrize("size", ["20000", "0KB", "64 parsecs"])
+def test_a_chunk_size_without_its_unit_or_of_nothing_is_one_line_before_any_image_is_read(
+    size: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LitData's own parse failed after every image was read, and left an empty chunks/train/ behind."""
+    output = tmp_path / "chunks"
+    with pytest.raises(SystemExit) as exit_info:
+        prepare_data.main([f"--data-dir={tmp_path}", f"--output={output}", f"--chunk-bytes={size}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --chunk-bytes: expected a size with its unit (B, KB, MB, GB, KiB, MiB, GiB), like 64MB or 512KB; "
+        f"got {size!r}"
+    )
+    assert list(tmp_path.iterdir()) == []
