@@ -112,6 +112,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __init__(self, sharded: bool = False, asynchronous: bool = False) -> None:
         super().__init__()
         self.writer = ShardedWriter(asynchronous) if sharded else None
+        self.needed: tuple[Path, int] | None = None  # the sharded save in flight: its name and its bytes
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if self.writer is not None:  # one process: no other rank to agree with
@@ -134,6 +135,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
         try:
             self.writer.save(checkpoint, path, folder, rank)
+            self.needed = (path, tensor_bytes(checkpoint))
             if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
                 self.writer.wait()
         except BaseException as err:
@@ -153,9 +155,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         super().remove_checkpoint(path)
 
     def teardown(self) -> None:
-        """The end of fit or test, or a stop: the save in flight is published before anything reads it."""
-        if self.writer is not None:
+        """The end of fit or test, or a stop: the save in flight is published before anything reads it; a disk that
+        filled during it is the same one line as for any save."""
+        if self.writer is None:
+            return
+        try:
             self.writer.wait()
+        except BaseException as err:
+            if out_of_space(err) and self.needed is not None:
+                raise CheckpointSpaceError(*self.needed) from None
+            raise
 
 
 class EveryRankWrites:
