@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ import torch
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.engine.sharded_read import read_sharded
 
-from .conftest import TOY, run_toy, signalling_task
+from .conftest import TOY, run_toy, signalling_task, train
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
 
 SHARDED = ["--checkpoint-format=sharded"]
@@ -192,3 +193,18 @@ def test_a_sharded_checkpoint_of_another_network_is_refused_by_its_shapes(my_tas
         f"error: --resume: {last} is for another network: weights differ (net.0.weight: (8, 8) vs (16, 8)); "
         "resume with the options it was trained with, or start afresh in another --output-dir"
     )
+
+
+def test_a_sharded_run_resumed_with_one_file_checkpoints_leaves_no_shard_folder_behind(
+    toy: ModuleType, tmp_path: Path
+) -> None:
+    """The file takes the name over from the link: the folder the link pointed at went nowhere, a model's weights and
+    optimizer state (134 MB on ResNet-18) for good."""
+    out = tmp_path / "run"
+    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}"])
+    assert list((out / "checkpoints").glob(".last.ckpt.shards-*")), "the sharded run's folder"
+    metrics = train(toy, [*TOY, "--max-steps=4", "--checkpoint-format=file", f"--output-dir={out}", "--resume=last"])
+    assert "test/loss" in metrics
+    last = out / "checkpoints" / "last.ckpt"
+    assert last.is_file() and not last.is_symlink() and read_checkpoint(last)["global_step"] == 4
+    assert [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")] == []

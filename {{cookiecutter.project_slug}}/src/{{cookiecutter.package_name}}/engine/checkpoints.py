@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
 from .rundir import last_path
-from .sharded import ShardedWriter, fresh_folder, is_sharded, remove
+from .sharded import ShardedWriter, fresh_folder, is_sharded, remove, remove_shard_folders
 from .sharded_read import read_sharded
 
 
@@ -98,6 +98,7 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
         if out_of_space(err):
             raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
         raise
+    remove_shard_folders(path)  # a sharded run resumed with --checkpoint-format file: the name's old folders go
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

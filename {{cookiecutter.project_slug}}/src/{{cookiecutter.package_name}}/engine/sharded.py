@@ -75,8 +75,13 @@ def publish_folder(folder: Path, final: Path) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+    remove_shard_folders(final, keep=folder)
+
+
+def remove_shard_folders(final: Path, keep: Path | None = None) -> None:
+    """The hidden folders of `final` but `keep`: those it pointed at before, and those a kill left half-written."""
     for old in final.parent.glob(f".{final.name}.shards-*"):
-        if old != folder:
+        if old != keep:
             shutil.rmtree(old, ignore_errors=True)
 
 
