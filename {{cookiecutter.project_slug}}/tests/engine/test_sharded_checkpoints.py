@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -208,3 +210,41 @@ def test_a_sharded_run_resumed_with_one_file_checkpoints_leaves_no_shard_folder_
     last = out / "checkpoints" / "last.ckpt"
     assert last.is_file() and not last.is_symlink() and read_checkpoint(last)["global_step"] == 4
     assert [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")] == []
+
+
+def cut(file: Path) -> None:
+    os.truncate(file, file.stat().st_size // 2)
+
+
+DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {  # what is done to the folder, what the line says
+    "a shard cut short": (lambda f: cut(f / "__0_0.distcp"), r"its shard __0_0.distcp has \d+ bytes where .*cut short"),
+    "a shard missing": (lambda f: (f / "__0_0.distcp").unlink(), "its shard __0_0.distcp is missing"),
+    "its index cut short": (lambda f: cut(f / ".metadata"), r"its index .metadata cannot be read \(.*\)"),
+    "meta.pt missing": (lambda f: (f / "meta.pt").unlink(), r"meta.pt is missing \(rank 0's part: .*\)"),
+    "meta.pt cut short": (lambda f: cut(f / "meta.pt"), "meta.pt is cut short or not torch.save's"),
+}
+
+
+def test_a_damaged_sharded_checkpoint_is_refused_before_training_in_one_line_saying_what_is_wrong(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each was a traceback from inside fit (a shard cut short passed the check of the index's shapes), torch's
+    "CheckpointException ranks:dict_keys([0])", or "no checkpoint" and "not a torch.save file" for one folder."""
+    whole = tmp_path / "whole"
+    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={whole}"])
+    unclean = []
+    for case, (damaged_by, said) in DAMAGES.items():
+        for resume in ("last", "auto"):
+            out = tmp_path / f"{case}-{resume}".replace(" ", "-")
+            shutil.copytree(whole, out, symlinks=True)
+            last = out / "checkpoints" / "last.ckpt"
+            damaged_by(last.resolve())
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_info:
+                train(toy, [*TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", f"--resume={resume}"])
+            printed = capsys.readouterr()
+            line = rf"error: --resume: {re.escape(str(last))} is a damaged sharded checkpoint: {said}; give another .*"
+            one_line = re.fullmatch(line, printed.err.strip())
+            if not (exit_info.value.code == 2 and one_line and "epoch" not in printed.out):
+                unclean.append(f"{case}, --resume {resume}: exit {exit_info.value.code}: {printed.err.strip()[-300:]}")
+    assert not unclean, "\n".join(unclean)

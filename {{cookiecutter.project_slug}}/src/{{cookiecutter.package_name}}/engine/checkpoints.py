@@ -35,7 +35,7 @@ def resume_path(output_dir: str, resume: str | None) -> str | None:
         found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.exists, [last_path(output_dir)])]
         return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
     path = last_path(output_dir) if resume == "last" else Path(resume)
-    if not (path.is_file() or is_sharded(path)):
+    if not (path.is_file() or path.is_dir()):  # a folder: sharded, or what the checks then say is wrong with it
         raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
     return str(path)
 
