@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from .peaks import HALF_PRECISIONS, device_peak, peak_flops
     from .promises import RunPromises
     from .signals import run_stoppable
-    from .streaming import StreamedItems, chunks_output, parse_chunk_bytes, read_made_by, write_chunks
+    from .streaming import StreamedItems, read_made_by
+    from .streaming_write import chunks_output, parse_chunk_bytes, write_chunks
     from .testing import TaskConformance
     from .trainer import build_trainer, fsdp_units, launched_as_global_zero, measuring_trainer
 
@@ -71,10 +72,10 @@ _HEAVY = {
     "RunPromises": ("promises", "RunPromises"),
     "run_stoppable": ("signals", "run_stoppable"),
     "StreamedItems": ("streaming", "StreamedItems"),
-    "chunks_output": ("streaming", "chunks_output"),
-    "parse_chunk_bytes": ("streaming", "parse_chunk_bytes"),
+    "chunks_output": ("streaming_write", "chunks_output"),
+    "parse_chunk_bytes": ("streaming_write", "parse_chunk_bytes"),
     "read_made_by": ("streaming", "read_made_by"),
-    "write_chunks": ("streaming", "write_chunks"),
+    "write_chunks": ("streaming_write", "write_chunks"),
     "TaskConformance": ("testing", "TaskConformance"),
     "build_trainer": ("trainer", "build_trainer"),
     "fsdp_units": ("trainer", "fsdp_units"),

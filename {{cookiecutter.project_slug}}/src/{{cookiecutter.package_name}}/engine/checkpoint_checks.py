@@ -67,9 +67,9 @@ def check_checkpoint(
             option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
         ) from None
     except (RuntimeError, OSError, EOFError, CheckpointException) as err:
-        if isinstance(err, CheckpointException):  # what each rank met, not torch's "CheckpointException ranks:[0]"
-            err = next(iter(err.failures.values()))[0]
-        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
+        # what the rank met, not torch's "CheckpointException ranks:dict_keys([0])"
+        met = next(iter(err.failures.values()))[0] if isinstance(err, CheckpointException) else err
+        reason = (str(met).strip() or type(met).__name__).splitlines()[0]
         raise ConfigError(option, f"{path} is not a readable checkpoint ({reason}); give another one") from None
     needed = TRAINING_KEYS if training else TRAINING_KEYS[:1]
     missing = [key for key in needed if not isinstance(checkpoint, dict) or key not in checkpoint]

@@ -24,8 +24,8 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, with a bad flag answered in one line and exit 2: every entry point's parser. Its usage names the
     command that was run: `predict.py` in a clone, the installed `<project>-predict` after `pip install`."""
 
-    def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, prog=installed_as(prog) if prog else None, **kwargs)
+    def __init__(self, prog: str | None = None, **kwargs: Any) -> None:
+        super().__init__(prog=installed_as(prog) if prog else None, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(message)

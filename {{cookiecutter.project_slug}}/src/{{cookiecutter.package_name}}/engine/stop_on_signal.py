@@ -16,7 +16,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .signals import STOP_SIGNALS
+from .signals import STOP_SIGNALS, Waiting
 
 
 class StopOnSignal(Callback):
@@ -38,6 +38,7 @@ class StopOnSignal(Callback):
         self.saved = False
         self._step = -1
         self._stopping = False
+        self._alone = False  # one process: a stop needs no agreement, and may end a wait for data (signals.Waiting)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.signum, self.saved, self._stopping = None, False, False
@@ -50,6 +51,7 @@ class StopOnSignal(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._step = trainer.global_step
+        self._alone = trainer.world_size == 1
         if self._install():
             also = ", SIGUSR1 too" if signal.getsignal(signal.SIGUSR1) == self._note else ""
             rank_zero_info(
@@ -69,6 +71,9 @@ class StopOnSignal(Callback):
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.signum = self.signum or signum
+        if Waiting.now and self._alone:  # a stalled read from object storage: the step before is whole, save it now
+            self._stopping = True
+            raise SIGTERMException  # no other rank to agree with; on_exception saves
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
