@@ -36,7 +36,7 @@ IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer
 IMPORTED |= {"prepare_data", "streaming_runs", "compile_cache_startup", "checkpoint_blocking", "template_update"}
 # tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
 IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
-IMPORTED |= {"recompiling", "template_update"}
+IMPORTED |= {"recompiling", "template_update", "unusable_outputs"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -42,11 +42,12 @@ def scripts(project: Path) -> dict[str, str]:
 
 
 def check_help_and_refusals(bin_dir: Path, project: Path) -> None:
-    """--help, and a bad flag refused as the root scripts refuse one (their own tests check those): one line, exit 2."""
+    """--help naming the command itself (not the root script it stands for), and a bad flag refused as the root
+    scripts refuse one (their own tests check those): one line, exit 2."""
     for command, script in scripts(project).items():
         assert (project / script).is_file(), f"{command} stands for {script}, which a clone has"
         helped = run(bin_dir / command, "--help", cwd=Path("/"), env=CLEAN_ENV)
-        assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
+        assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {command} "), helped.stdout[:300]
         refused = run(bin_dir / command, "--no-such-flag", cwd=Path("/"), env=CLEAN_ENV)
         assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
 

@@ -87,7 +87,7 @@ def test_every_workflow_passes_actionlint(tmp_path: Path) -> None:
     assert run(BIN / "actionlint", "-no-color", "-config-file", config, broken, cwd=project).returncode != 0
 
 
-def test_the_update_script_brings_a_newer_template_commit_and_keeps_the_teams_changes(
+def test_the_update_script_brings_template_commits_keeps_the_teams_changes_and_never_resets_their_branch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key, value in GIT_ENV.items():
@@ -139,3 +139,54 @@ def test_the_update_script_brings_a_newer_template_commit_and_keeps_the_teams_ch
     again = run(*script, cwd=project, env={"PATH": path})
     assert again.returncode == 0 and "up to date" in again.stdout, again.stdout + again.stderr
     assert not body.exists(), "nothing to open a pull request for"
+
+    # A person resolves the conflict on the update branch, and pushes it; the next update starts from main again
+    (project / ".dockerignore.rej").unlink(missing_ok=True)
+    markers = ("<<<<<<<", "=======", ">>>>>>>")
+    kept_lines = [line for line in dockerignore.read_text().splitlines() if not line.startswith(markers)]
+    dockerignore.write_text("\n".join(kept_lines) + "\n")
+    commit_all(project, "the team's resolution")
+    resolution = branch_head(project, "template-update")
+    remote = tmp_path / "remote.git"
+    assert run("git", "init", "-q", "--bare", remote, cwd=tmp_path).returncode == 0
+    git(project, "remote", "add", "origin", str(remote))
+    git(project, "push", "-q", "origin", "main", "template-update")
+    git(project, "switch", "-q", "main")
+    git(project, "branch", "-q", "-D", "template-update")  # as CI's checkout has it: on the remote only
+    readme.write_text(readme.read_text() + "\nA second template fix.\n")
+    commit_all(template, "template C")
+
+    before = status(project)
+    refused = {  # each: one line, exit 2, and the user left where they were, with nothing changed
+        "not a repository": (tmp_path, {"PATH": path}, "is not in a git repository"),
+        "cruft missing": (project, {"PATH": "/usr/bin:/bin"}, "cruft is not on PATH"),
+    }
+    (project / "README.md").write_text((project / "README.md").read_text() + "an edit not committed\n")
+    refused["uncommitted change"] = (project, {"PATH": path}, "the work tree has 1 uncommitted change(s)")
+    anywhere = [sys.executable, project / "scripts" / "template_update.py", *script[2:]]
+    for case, (where, env, said) in refused.items():
+        result = run(*anywhere, cwd=where, env=env)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and said in lines[0], (case, result.stderr)
+        assert status(project) == {**before, "changed": [" M README.md"]}, case
+    git(project, "checkout", "-q", "README.md")
+    assert status(project) == before
+
+    pushed = run(*script, "--push", "origin", cwd=project, env={"PATH": path})
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    kept = "template-update holds commits that main lacks (a person's work, perhaps): left as it is"
+    assert f"{kept}; this update goes on template-update-2" in pushed.stdout, pushed.stdout
+    assert run("git", "branch", "--show-current", cwd=project).stdout.strip() == "template-update-2"
+    assert branch_head(remote, "template-update") == resolution, "the person's branch is untouched on the remote"
+    assert branch_head(remote, "template-update-2") == branch_head(project, "template-update-2")
+
+
+def branch_head(repo: Path, branch: str) -> str:
+    return run("git", "rev-parse", f"refs/heads/{branch}", cwd=repo).stdout.strip()
+
+
+def status(project: Path) -> dict[str, object]:
+    """The branch checked out, its commit, and what the work tree holds that is not committed."""
+    branch = run("git", "branch", "--show-current", cwd=project).stdout.strip()
+    changed = run("git", "status", "--porcelain", cwd=project).stdout.splitlines()
+    return {"branch": branch, "head": branch_head(project, branch), "changed": changed}

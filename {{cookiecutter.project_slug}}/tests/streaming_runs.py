@@ -36,9 +36,8 @@ COUNTS = ("batches", "samples", "tokens", "time")  # what a resumed process coun
 PAUSE = 6  # the kill -9 comes after this step's checkpoint: mid-way through the second epoch in every layout
 
 
-@pytest.fixture(scope="module", name="s3_bucket")
-def s3_server_bucket() -> Iterator[str]:
-    """s3://BUCKET on a moto server of this module's own, the AWS variables pointing every run started here at it."""
+def start_s3_server() -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """moto's server on 127.0.0.1, in a session of its own: the process, and the AWS variables that point at it."""
     # port 0: the server binds a free port itself and names it, so no other server can take it in between
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
@@ -56,12 +55,23 @@ def s3_server_bucket() -> Iterator[str]:
             break
     assert port, "the moto server did not start"
     threading.Thread(target=server.stderr.read, daemon=True).start()  # its request log must not fill the pipe
-    endpoint = {
+    return server, {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
+
+
+def stop_s3_server(server: subprocess.Popen[str]) -> None:
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+@pytest.fixture(scope="module", name="s3_bucket")
+def s3_server_bucket() -> Iterator[str]:
+    """s3://BUCKET on a moto server of this module's own, the AWS variables pointing every run started here at it."""
+    server, endpoint = start_s3_server()
     before = {name: os.environ.get(name) for name in endpoint}
     os.environ.update(endpoint)
     try:
@@ -70,8 +80,7 @@ def s3_server_bucket() -> Iterator[str]:
         boto3.client("s3").create_bucket(Bucket=BUCKET)
         yield f"s3://{BUCKET}"
     finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        stop_s3_server(server)
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -79,8 +88,8 @@ def s3_server_bucket() -> Iterator[str]:
                 os.environ[name] = value
 
 
-def prepare(*args: str) -> subprocess.CompletedProcess[str]:
-    done = run_script("prepare_data.py", *args, "--num-workers=0")
+def prepare(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = run_script("prepare_data.py", *args, "--num-workers=0", env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return done
 
@@ -94,6 +103,22 @@ def start(launch: Launch, layout: str, args: list[str], dump: Path, pause: int =
         return [launch(command)]
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     return [launch(command, env={**env, "NODE_RANK": rank}) for rank in ("0", "1")]
+
+
+def read_until(process: subprocess.Popen[str], wanted: str) -> str:
+    """What a launched process printed up to the first line holding `wanted`; one that never prints it fails the
+    test with its output."""
+    watchdog = threading.Timer(TIMEOUT, os.killpg, (process.pid, signal.SIGKILL))  # a hang fails instead of blocking
+    watchdog.start()
+    lines = []
+    for line in process.stdout or []:
+        lines.append(line)
+        if wanted in line:
+            break
+    watchdog.cancel()
+    said = "".join(lines)
+    assert wanted in said, said[-3000:] + wait(process)[-3000:]
+    return said
 
 
 def sigterm_after_first_step(groups: list[subprocess.Popen[str]]) -> str:

@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
         written = prepare(opts)
     except ConfigError as err:
         fail(str(err))
+    except OSError as err:  # a full disk while writing: the partial folder is gone, the previous chunks kept
+        fail(f"--output: cannot write {opts.output} ({err.strerror or err}); free space or give another place", code=1)
     print(f"wrote {', '.join(f'{n} {split}' for split, n in written.items())} sequences to {opts.output}", flush=True)
     return written
 

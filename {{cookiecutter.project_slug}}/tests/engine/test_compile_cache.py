@@ -96,6 +96,29 @@ def test_none_leaves_the_caches_to_torch_and_writes_nothing(my_task: Path, tmp_p
     assert not (tmp_path / "run" / "compile-cache").exists() and not list(tmp_path.rglob(ARTIFACTS))
 
 
+def test_a_cache_holding_a_compiled_graph_cut_short_is_set_aside_and_the_run_compiles_anew(
+    first: tuple[Path, subprocess.CompletedProcess[str]], my_task: Path, tmp_path: Path
+) -> None:
+    """A full disk or an unfinished copy cuts inductor's files short: every later run failed in importing one."""
+    damaged = tmp_path / "cache"
+    shutil.copytree(first[0] / "compile-cache", damaged)
+    sources = sorted(damaged.glob("*/*.py"))
+    assert sources, "the compiled graphs' Python modules"
+    for source in sources:
+        source.write_bytes(source.read_bytes()[: source.stat().st_size // 2])
+    done = run_toy(my_task, *COMPILED, f"--output-dir={tmp_path / 'run'}", f"--compile-cache={damaged}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note: compile cache:")]
+    [aside] = tmp_path.glob("cache.damaged-*")
+    assert notes == [
+        f"note: compile cache: {sources[0].relative_to(damaged)} in {damaged} is not what its name says (cut short, or "
+        f"another torch's): the folder is set aside as {aside}; compiling anew"
+    ]
+    hits, compiled = graphs(done.stdout)
+    assert hits == 0 and compiled > 0
+    assert header(damaged / ARTIFACTS)["torch"] == torch.__version__, "the fresh folder has this run's artifacts"
+
+
 @pytest.mark.parametrize(
     ("spoil", "device", "want"),
     [

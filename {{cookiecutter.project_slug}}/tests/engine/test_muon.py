@@ -4,12 +4,13 @@ and a stop then `--resume last` continues both exactly where they were."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
-from .conftest import TOY, run_toy, signalling_task
+from .conftest import TOY, run_toy, signalling_task, train
 
 # the README's task: Linear(8, 64), Linear(64, 64), Linear(64, 1). 64 samples in batches of 8: 8 steps an epoch.
 MUON = [*TOY, "--samples=64", "--max-epochs=2", "--optimizer=muon", "--muon-lr=0.03", "--lr=0.004"]
@@ -120,4 +121,17 @@ def test_muon_for_a_module_with_its_own_optimizer_is_refused(my_task: Path, tmp_
     assert refused.stderr.strip().splitlines() == [
         "error: --optimizer: muon is EngineModule's optimizer, and SGDRegressor builds its own; use adamw"
     ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_muon_rate_without_muon_is_refused_in_one_line_as_other_options_that_do_not_apply(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Accepted without a word, it would leave the user believing Muon trained at that rate."""
+    with pytest.raises(SystemExit) as exit_info:
+        train(toy, [*TOY, "--muon-lr=0.05", f"--output-dir={tmp_path / 'run'}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --muon-lr: only applies with --optimizer muon, not adamw; add that or leave it out"
+    )
     assert not (tmp_path / "run").exists()

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import shutil
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ import torch
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.engine.sharded_read import read_sharded
 
-from .conftest import TOY, run_toy, signalling_task
+from .conftest import TOY, run_toy, signalling_task, train
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
 
 SHARDED = ["--checkpoint-format=sharded"]
@@ -192,3 +195,56 @@ def test_a_sharded_checkpoint_of_another_network_is_refused_by_its_shapes(my_tas
         f"error: --resume: {last} is for another network: weights differ (net.0.weight: (8, 8) vs (16, 8)); "
         "resume with the options it was trained with, or start afresh in another --output-dir"
     )
+
+
+def test_a_sharded_run_resumed_with_one_file_checkpoints_leaves_no_shard_folder_behind(
+    toy: ModuleType, tmp_path: Path
+) -> None:
+    """The file takes the name over from the link: the folder the link pointed at went nowhere, a model's weights and
+    optimizer state (134 MB on ResNet-18) for good."""
+    out = tmp_path / "run"
+    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}"])
+    assert list((out / "checkpoints").glob(".last.ckpt.shards-*")), "the sharded run's folder"
+    metrics = train(toy, [*TOY, "--max-steps=4", "--checkpoint-format=file", f"--output-dir={out}", "--resume=last"])
+    assert "test/loss" in metrics
+    last = out / "checkpoints" / "last.ckpt"
+    assert last.is_file() and not last.is_symlink() and read_checkpoint(last)["global_step"] == 4
+    assert [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")] == []
+
+
+def cut(file: Path) -> None:
+    os.truncate(file, file.stat().st_size // 2)
+
+
+DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {  # what is done to the folder, what the line says
+    "a shard cut short": (lambda f: cut(f / "__0_0.distcp"), r"its shard __0_0.distcp has \d+ bytes where .*cut short"),
+    "a shard missing": (lambda f: (f / "__0_0.distcp").unlink(), "its shard __0_0.distcp is missing"),
+    "its index cut short": (lambda f: cut(f / ".metadata"), r"its index .metadata cannot be read \(.*\)"),
+    "meta.pt missing": (lambda f: (f / "meta.pt").unlink(), r"meta.pt is missing \(rank 0's part: .*\)"),
+    "meta.pt cut short": (lambda f: cut(f / "meta.pt"), "meta.pt is cut short or not torch.save's"),
+}
+
+
+def test_a_damaged_sharded_checkpoint_is_refused_before_training_in_one_line_saying_what_is_wrong(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each was a traceback from inside fit (a shard cut short passed the check of the index's shapes), torch's
+    "CheckpointException ranks:dict_keys([0])", or "no checkpoint" and "not a torch.save file" for one folder."""
+    whole = tmp_path / "whole"
+    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={whole}"])
+    unclean = []
+    for case, (damaged_by, said) in DAMAGES.items():
+        for resume in ("last", "auto"):
+            out = tmp_path / f"{case}-{resume}".replace(" ", "-")
+            shutil.copytree(whole, out, symlinks=True)
+            last = out / "checkpoints" / "last.ckpt"
+            damaged_by(last.resolve())
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_info:
+                train(toy, [*TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", f"--resume={resume}"])
+            printed = capsys.readouterr()
+            line = rf"error: --resume: {re.escape(str(last))} is a damaged sharded checkpoint: {said}; give another .*"
+            one_line = re.fullmatch(line, printed.err.strip())
+            if not (exit_info.value.code == 2 and one_line and "epoch" not in printed.out):
+                unclean.append(f"{case}, --resume {resume}: exit {exit_info.value.code}: {printed.err.strip()[-300:]}")
+    assert not unclean, "\n".join(unclean)

@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import optuna
 import pytest
 import yaml
 from optuna.storages.journal import JournalFileBackend
+
+from {{ cookiecutter.package_name }}.sweep.run import main as sweep_main
 
 from .conftest import readme_task
 
@@ -110,6 +113,21 @@ def test_a_bad_value_a_bad_fixed_flag_and_a_missing_task_are_one_line_each(team:
         output = process.communicate(timeout=300)[0].strip()
         assert process.returncode == 2 and output.startswith(want) and "\n" not in output, (want, output)
         assert not (team / f"refused-{i}").exists(), "nothing is made for a refused sweep"
+
+
+def test_a_key_that_is_no_option_of_the_teams_task_is_refused_naming_its_script_not_train_py(
+    team: Path, toy: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(team)
+    (team / "image.yaml").write_text("image_size: {choices: [32, 64]}\n")
+    with pytest.raises(SystemExit) as exit_info:  # in this process: sweep.py's body, as its cli calls it
+        sweep_main(toy.TASK, ROOT / "train.py", ["--task", "my_task", "--space", "image.yaml", "--output-dir", "never"])
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip()
+    script = re.escape("python ") + r"\S*my_task\.py"
+    said = rf"error: --space: image.yaml: 'image_size' is not an option of {script} \(see {script} --help\)"
+    assert re.fullmatch(said, line), line
+    assert not (team / "never").exists()
 
 
 def test_two_workers_side_by_side_never_draw_the_same_values(team: Path) -> None:

@@ -50,7 +50,7 @@ def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
         for name, value in first["params"].items():
             assert torch.equal(value, other["params"][name]), name
         val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
-        assert val.keys() == {"val/acc", "val/loss"}
+        assert val.keys() == {"val/acc", "val/balanced_acc", "val/loss"}
         assert val == {k: other["metrics"][k] for k in val}
 
 

@@ -133,7 +133,7 @@ BAD_INPUTS = {
     "not a checkpoint at all": (["--checkpoint={tmp}/text.ckpt"], "--checkpoint: .*text.ckpt is not a "),
     "folder without images": (["{tmp}/empty"], "INPUT: no images in .*empty"),
     "missing input": (["{tmp}/nowhere.png"], "INPUT: .*nowhere.png: no such file or folder"),
-    "output in a missing folder": (["--output={tmp}/missing/p.csv"], "--output: folder .*missing does not exist"),
+    "output in a missing folder": (["--output={tmp}/missing/p.csv"], "--output: the folder .*missing does not exist"),
     "output in a read-only folder": (["--output={readonly}/p.csv"], "--output: cannot write in"),
     "output of unknown type": (["--output={tmp}/p.txt"], "--output: .* must end in .csv or .jsonl"),
     "top-k 0": (["--top-k=0"], "--top-k: must be 1 or more, got 0"),

@@ -6,21 +6,31 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import boto3
 import pytest
-from conftest import Launch, run_train, wait
+import torch
+from conftest import ROOT, Launch, run_train, wait
 from streaming_runs import (
     BUCKET,
+    LAYOUTS,
     assert_same_run,
     assert_trains_as_its_source,
     prepare,
+    read_until,
     s3_server_bucket,  # noqa: F401  # the fixture s3_bucket
     start,
+    start_s3_server,
     stop_and_resume,
+    stop_s3_server,
     uninterrupted,
 )
+
+import prepare_data
+import train
 
 from .test_folder_resume import write_photos
 
@@ -130,3 +140,88 @@ def test_a_chunk_cut_short_or_deleted_mid_run_ends_it_in_one_line(
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert process.returncode == 2 and len(errors) == 1 and "Traceback" not in output, output[-3000:]
     assert errors[0].startswith("error: --data-dir: ") and "the chunks changed during the run" in errors[0]
+
+
+@pytest.mark.parametrize("size", ["20000", "0KB", "64 parsecs"])
+def test_a_chunk_size_without_its_unit_or_of_nothing_is_one_line_before_any_image_is_read(
+    size: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LitData's own parse failed after every image was read, and left an empty chunks/train/ behind."""
+    output = tmp_path / "chunks"
+    with pytest.raises(SystemExit) as exit_info:
+        prepare_data.main([f"--data-dir={tmp_path}", f"--output={output}", f"--chunk-bytes={size}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --chunk-bytes: expected a size with its unit (B, KB, MB, GB, KiB, MiB, GiB), like 64MB or 512KB; "
+        f"got {size!r}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stalled_s3_server_is_said_a_sigterm_saves_and_a_dead_one_ends_even_a_ddp_final_test_in_one_line(
+    photos: Path, launch: Launch, tmp_path: Path
+) -> None:
+    """With a loader worker, as stalled runs were found: one device silent for 101 s, deaf to SIGTERM for 176 s, then
+    exit 2 without a save, saying the chunks had changed; two DDP ranks waiting in the final test for good. A server
+    of this test's own, since it is stopped and then killed."""
+    server, aws = start_s3_server()
+    try:
+        s3 = {f"aws_{key.lower()}": aws[f"AWS_{key}"] for key in ("ACCESS_KEY_ID", "SECRET_ACCESS_KEY")}
+        s3 |= {"endpoint_url": aws["AWS_ENDPOINT_URL"], "region_name": aws["AWS_DEFAULT_REGION"]}
+        boto3.client("s3", **s3).create_bucket(Bucket="stalled")
+        prepare(f"--data-dir={photos}", "--output=s3://stalled/photos", env=aws)
+        args = [*TINY, "--data=streaming", "--data-dir=s3://stalled/photos", "--num-workers=1", "--max-epochs=2"]
+        args += [f"--cache-dir={tmp_path / 'cache'}"]
+        train = [sys.executable, str(ROOT / "train.py"), *args]
+
+        run = launch([*train, f"--output-dir={tmp_path / 'run'}"], env=aws)
+        read_until(run, "  step 1  ")
+        os.killpg(server.pid, signal.SIGSTOP)  # it accepts connections and says nothing: the next read waits
+        read_until(run, f"note: streaming: no answer from {aws['AWS_ENDPOINT_URL']} for 10 s, reading item ")
+        os.killpg(run.pid, signal.SIGTERM)
+        said = wait(run)
+        assert run.returncode == 128 + signal.SIGTERM, said[-3000:]
+        assert f"saved {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}; continue with --resume last" in said
+        os.killpg(server.pid, signal.SIGCONT)
+        resumed = launch([*train, f"--output-dir={tmp_path / 'run'}", "--resume=last"], env=aws)
+        assert "Traceback" not in wait(resumed) and resumed.returncode == 0
+        last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert last["global_step"] == 16
+
+        ddp = launch([*train, *LAYOUTS["ddp"], f"--output-dir={tmp_path / 'ddp'}"], env=aws)
+        read_until(ddp, "epoch 2/2 done in ")  # training and its last validation read; the final test has not
+        stop_s3_server(server)  # refuses every connection from now on
+        said = wait(ddp)
+        errors = [line for line in said.splitlines() if line.startswith("error: ")]
+        assert ddp.returncode != 0 and errors and "Traceback" not in said, said[-3000:]
+        unreachable = f"error: --data-dir: cannot reach the S3 endpoint {aws['AWS_ENDPOINT_URL']} "
+        assert errors[0].startswith(unreachable), said[-3000:]
+        assert errors[0].endswith("the chunks are unchanged: --resume last continues once it answers")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGCONT)
+            stop_s3_server(server)
+
+
+def test_a_cache_dir_that_cannot_be_written_is_one_line_before_anything_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LitData's index is kept there: a NotADirectoryError or OSError traceback came from inside the run's setup."""
+    (tmp_path / "a-file").write_text("")
+    chunks = tmp_path / "chunks"  # what the run reads before the index: chunks of this task, as far as it can tell
+    chunks.mkdir()
+    made_by = {"task": "image-classification", "classes": ["a", "b"], "items": {"train": 8, "val": 8}}
+    (chunks / "made_by.json").write_text(json.dumps(made_by))
+    cases = {  # --cache-dir (None: unset, with $TMPDIR read-only) and what the line says
+        str(tmp_path / "a-file"): f"{tmp_path / 'a-file'} is a file, not a directory; give a directory path",
+        "/proc/cache": "cannot write in /proc (",
+        None: "unset, so $TMPDIR/litdata: cannot write in /proc (",
+    }
+    monkeypatch.setenv("TMPDIR", "/proc")
+    for cache_dir, said in cases.items():
+        flags = [f"--cache-dir={cache_dir}"] if cache_dir else []
+        with pytest.raises(SystemExit) as exit_info:
+            train.main([*TINY, "--data=streaming", f"--data-dir={chunks}", *flags, f"--output-dir={tmp_path}/o"])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and err.startswith(f"error: --cache-dir: {said}") and "\n" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "chunks"]

@@ -205,8 +205,8 @@ def test_workers_on_one_storage_split_the_trials_and_continue_a_dead_ones(tmp_pa
 
 def test_bad_spaces_storages_and_flags_are_refused_in_one_line_before_any_trial(tmp_path: Path) -> None:
     spaces = {
-        "nope: 1": "'nope' is not a train.py option",
-        "output_dir: x": "'output_dir' is not every train.py option but",
+        "nope: 1": "'nope' is not an option of python train.py (see python train.py --help)",
+        "output_dir: x": "'output_dir' is not every option of python train.py but",
         "lr: {low: 0.1, high: 0.01}": "'lr': low must be below high",
         "lr: {low: 0.0, high: 0.1, log: true}": "'lr': a log range needs low > 0",
         "batch_size: {low: 0.5, high: 64}": "'batch_size':",

@@ -4,11 +4,15 @@ greedy text that agrees, and read back by `generate.py --pretrained`; every bad 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_script, run_train
+from conftest import ROOT, Launch, run_script, run_train, wait
 
 from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
     load_checkpoint,
@@ -103,3 +107,30 @@ def test_every_bad_export_is_refused_in_one_line(trained: dict[str, Path], tmp_p
         ):
             unclean.append(f"{flags}: exit {result.returncode}: {result.stderr.strip()[-500:]}")
     assert not unclean, "\n".join(unclean)
+
+
+def test_an_export_killed_outright_leaves_nothing_and_the_next_writes_files_every_user_can_read(
+    trained: dict[str, Path], launch: Launch, tmp_path: Path
+) -> None:
+    """SIGKILL to the group mid-export (the OOM killer, `timeout -s KILL`): nothing of it can run after, yet its
+    partial folder goes (a watcher); the next export's files all have the mode any file written here gets, so a
+    serving container running as another user reads the weights too (safetensors writes them 0600)."""
+    folder = tmp_path / "exported"
+    export = launch([sys.executable, str(ROOT / "export.py"), f"--checkpoint={trained['bytes']}", f"--output={folder}"])
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".exported.partial*")) and export.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.killpg(export.pid, signal.SIGKILL)
+    said = wait(export)
+    assert export.returncode == -signal.SIGKILL, said[-3000:]
+    deadline = time.monotonic() + 10
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == [], "no partial folder left"
+
+    result = run_script("export.py", f"--checkpoint={trained['bytes']}", f"--output={folder}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (folder, *folder.iterdir())}
+    assert modes == {name: oct(0o777 & ~umask if name == "exported" else 0o666 & ~umask) for name in modes}

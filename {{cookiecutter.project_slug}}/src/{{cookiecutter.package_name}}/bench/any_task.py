@@ -24,7 +24,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from ..engine import Config, ConfigError, Hardware, OneLineParser, Task, fail, parse_run
 from .harness import Setting, Spec, peak_flops, prepare, quiet_trainers, time_fit
-from .report import repeat_lines, task_header, task_results, task_row, write_json
+from .report import check_json, repeat_lines, task_header, task_results, task_row, write_json
 from .task_module import load_task
 
 USAGE = """Training throughput of your own task (its TASK = Task(...)) for each precision x compile setting.
@@ -67,6 +67,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             fail(f"--{name}: must be {'0 or more' if name == 'warmup' else 'a positive integer'}, got {value}")
+    check_json(args.json)
     return args, rest
 
 

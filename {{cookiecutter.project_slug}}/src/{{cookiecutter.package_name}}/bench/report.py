@@ -16,7 +16,7 @@ from typing import Any
 import lightning
 import torch
 
-from ..engine import Task, write_text
+from ..engine import ConfigError, Task, check_output, fail, write_text
 
 # Above this spread between interleaved rounds, a ratio says more about the machine's load than about the code.
 NOISY = 0.05
@@ -185,6 +185,17 @@ def repeat_lines(rows: list[dict[str, Any]], baseline: str = "fp32") -> list[str
     return lines
 
 
+def check_json(path: str) -> None:
+    """--json can be written (files.check_output): told in one line before minutes of measuring, not after."""
+    try:
+        check_output(path, "json")
+    except ConfigError as err:
+        fail(str(err))
+
+
 def write_json(path: Path, results: dict[str, Any]) -> None:
     """Written to a partial file and renamed over the old one: a kill mid-write leaves the previous rows whole."""
-    write_text(path, json.dumps(results, indent=2) + "\n")
+    try:
+        write_text(path, json.dumps(results, indent=2) + "\n", option="json")
+    except ConfigError as err:  # the place changed since check_json (a full disk): the rows so far are on screen
+        fail(str(err), code=1)

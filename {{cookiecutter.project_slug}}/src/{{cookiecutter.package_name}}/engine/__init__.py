@@ -15,7 +15,19 @@ from typing import TYPE_CHECKING, Any
 # Light: options, the Task, the entry point's loop, files and one-line messages import neither torch nor Lightning.
 from .cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
 from .config import Config, ConfigError, check_choices, check_path, opt, parse_betas
-from .files import OutputBusyError, discard, open_partial, partial_path, publish, write_text
+from .files import (
+    OutputBusyError,
+    PartialFolder,
+    check_output,
+    check_place,
+    commit,
+    discard,
+    open_output,
+    open_partial,
+    partial_path,
+    publish,
+    write_text,
+)
 from .quiet import set_up_warnings
 from .run import main, run
 from .rundir import check_writable_dir, last_path
@@ -32,7 +44,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from .peaks import HALF_PRECISIONS, device_peak, peak_flops
     from .promises import RunPromises
     from .signals import run_stoppable
-    from .streaming import StreamedItems, read_made_by, write_chunks
+    from .streaming import StreamedItems, read_made_by
+    from .streaming_write import chunks_output, parse_chunk_bytes, write_chunks
     from .testing import TaskConformance
     from .trainer import build_trainer, fsdp_units, launched_as_global_zero, measuring_trainer
 
@@ -59,8 +72,10 @@ _HEAVY = {
     "RunPromises": ("promises", "RunPromises"),
     "run_stoppable": ("signals", "run_stoppable"),
     "StreamedItems": ("streaming", "StreamedItems"),
+    "chunks_output": ("streaming_write", "chunks_output"),
+    "parse_chunk_bytes": ("streaming_write", "parse_chunk_bytes"),
     "read_made_by": ("streaming", "read_made_by"),
-    "write_chunks": ("streaming", "write_chunks"),
+    "write_chunks": ("streaming_write", "write_chunks"),
     "TaskConformance": ("testing", "TaskConformance"),
     "build_trainer": ("trainer", "build_trainer"),
     "fsdp_units": ("trainer", "fsdp_units"),
@@ -79,6 +94,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "Hardware",
     "OneLineParser",
     "OutputBusyError",
+    "PartialFolder",
     "RunPromises",
     "StreamedItems",
     "Task",
@@ -89,9 +105,13 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "check_checkpoint",
     "check_choices",
     "check_enough_data",
+    "check_output",
     "check_path",
+    "check_place",
     "check_writable_dir",
+    "chunks_output",
     "clean_name",
+    "commit",
     "converter",
     "cpus_per_device",
     "device_peak",
@@ -106,9 +126,11 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "measuring_trainer",
     "no_decay_names",
     "note",
+    "open_output",
     "open_partial",
     "opt",
     "parse_betas",
+    "parse_chunk_bytes",
     "parse_options",
     "parse_run",
     "partial_path",

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint import CheckpointException
 
 from .config import ConfigError
 from .sharded import is_sharded
-from .sharded_read import read_sharded
+from .sharded_read import damage, read_sharded
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -41,7 +41,10 @@ def check_checkpoint(
     of a sharded folder without `tensors`, meta tensors of the saved shapes (what the checks read: a resume loads the
     shards itself, each rank its own).
     """
-    sharded = is_sharded(path)
+    sharded = path.is_dir()  # is_sharded() needs its meta.pt: a folder without it is one that is damaged
+    problem = damage(path) if sharded else None
+    if problem is not None:
+        raise ConfigError(option, f"{path} is a damaged sharded checkpoint: {problem}; give another checkpoint")
     if not sharded and path.stat().st_size == 0:
         raise ConfigError(option, f"{path} is empty (0 bytes): a save that never finished; give another checkpoint")
     # a zip archive: what torch.save has written since PyTorch 1.6, and Lightning always
@@ -64,7 +67,9 @@ def check_checkpoint(
             option, f"{path} holds {what}, not just tensors and plain values; refusing to unpickle it"
         ) from None
     except (RuntimeError, OSError, EOFError, CheckpointException) as err:
-        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
+        # what the rank met, not torch's "CheckpointException ranks:dict_keys([0])"
+        met = next(iter(err.failures.values()))[0] if isinstance(err, CheckpointException) else err
+        reason = (str(met).strip() or type(met).__name__).splitlines()[0]
         raise ConfigError(option, f"{path} is not a readable checkpoint ({reason}); give another one") from None
     needed = TRAINING_KEYS if training else TRAINING_KEYS[:1]
     missing = [key for key in needed if not isinstance(checkpoint, dict) or key not in checkpoint]

@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from .config import ConfigError
 from .files import out_of_space, partial_path, publish
 from .rundir import last_path
-from .sharded import ShardedWriter, fresh_folder, is_sharded, remove
+from .sharded import ShardedWriter, fresh_folder, is_sharded, remove, remove_shard_folders
 from .sharded_read import read_sharded
 
 
@@ -35,7 +35,7 @@ def resume_path(output_dir: str, resume: str | None) -> str | None:
         found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.exists, [last_path(output_dir)])]
         return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
     path = last_path(output_dir) if resume == "last" else Path(resume)
-    if not (path.is_file() or is_sharded(path)):
+    if not (path.is_file() or path.is_dir()):  # a folder: sharded, or what the checks then say is wrong with it
         raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
     return str(path)
 
@@ -98,6 +98,7 @@ def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
         if out_of_space(err):
             raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
         raise
+    remove_shard_folders(path)  # a sharded run resumed with --checkpoint-format file: the name's old folders go
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -112,6 +113,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __init__(self, sharded: bool = False, asynchronous: bool = False) -> None:
         super().__init__()
         self.writer = ShardedWriter(asynchronous) if sharded else None
+        self.needed: tuple[Path, int] | None = None  # the sharded save in flight: its name and its bytes
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if self.writer is not None:  # one process: no other rank to agree with
@@ -134,6 +136,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
         try:
             self.writer.save(checkpoint, path, folder, rank)
+            self.needed = (path, tensor_bytes(checkpoint))
             if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
                 self.writer.wait()
         except BaseException as err:
@@ -153,9 +156,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         super().remove_checkpoint(path)
 
     def teardown(self) -> None:
-        """The end of fit or test, or a stop: the save in flight is published before anything reads it."""
-        if self.writer is not None:
+        """The end of fit or test, or a stop: the save in flight is published before anything reads it; a disk that
+        filled during it is the same one line as for any save."""
+        if self.writer is None:
+            return
+        try:
             self.writer.wait()
+        except BaseException as err:
+            if out_of_space(err) and self.needed is not None:
+                raise CheckpointSpaceError(*self.needed) from None
+            raise
 
 
 class EveryRankWrites:

@@ -21,10 +21,20 @@ T = typing.TypeVar("T")
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, with a bad flag answered in one line and exit 2: every entry point's parser."""
+    """argparse, with a bad flag answered in one line and exit 2: every entry point's parser. Its usage names the
+    command that was run: `predict.py` in a clone, the installed `<project>-predict` after `pip install`."""
+
+    def __init__(self, prog: str | None = None, **kwargs: Any) -> None:
+        super().__init__(prog=installed_as(prog) if prog else None, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(message)
+
+
+def installed_as(script: str) -> str:
+    """`script` (predict.py), or the console script standing for it when that is what runs (`<project>-predict`)."""
+    running = Path(sys.argv[0]).name
+    return running if running.endswith("-" + script.removesuffix(".py").replace("_", "-")) else script
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

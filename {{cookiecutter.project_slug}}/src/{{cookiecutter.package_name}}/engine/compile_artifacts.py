@@ -3,6 +3,7 @@ loaded into inductor's caches at start; written again by `SaveCompileCache` afte
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,9 +26,36 @@ def use(directory: Path, device: str) -> SaveCompileCache:
     """Inductor's and Triton's caches in `directory`, and its artifacts loaded; the callback that saves them again."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    aside = set_aside_if_damaged(directory)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
     os.environ["TRITON_CACHE_DIR"] = str(directory / "triton")  # Triton writes each kernel by rename: ranks can share
-    return SaveCompileCache(directory, device, found=load(directory / ARTIFACTS, device))
+    found = load(directory / ARTIFACTS, device)
+    return SaveCompileCache(directory, device, found=f"{aside}\n{found}" if aside else found)
+
+
+def set_aside_if_damaged(directory: Path) -> str | None:
+    """Inductor names each compiled graph's Python module by the hash of its text, and takes a file of that name as
+    written: one cut short (a full disk, a copy that did not finish) failed every later run in its import
+    ("SyntaxError: unterminated triple-quoted string literal"). A folder holding one is renamed aside, kept for a
+    look, and the run starts an empty one: the note that says so, or None for a whole folder."""
+    from torch._inductor.codecache import get_hash
+
+    for source in sorted(directory.glob("*/*.py")):
+        try:
+            whole = get_hash(source.read_text().strip(), "", "code") == source.stem
+        except (OSError, UnicodeDecodeError):
+            whole = False
+        if whole:
+            continue
+        aside = directory.with_name(f"{directory.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        with contextlib.suppress(OSError):  # another rank sharing the folder set it aside a moment ago
+            directory.rename(aside)
+        directory.mkdir(parents=True, exist_ok=True)
+        return (
+            f"note: compile cache: {source.relative_to(directory)} in {directory} is not what its name says (cut "
+            f"short, or another torch's): the folder is set aside as {aside}; compiling anew"
+        )
+    return None
 
 
 def stamp(device: str) -> dict[str, str]:

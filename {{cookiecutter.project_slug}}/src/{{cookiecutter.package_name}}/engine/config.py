@@ -22,6 +22,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 NAME_MAX, PATH_MAX = 255, 4095  # bytes in a file or folder name, and in a whole path, on Linux
 OPTIMIZERS = ("adamw", "muon")
+MUON_LR = 0.02  # --muon-lr's default: another value asks for Muon
 CHECKPOINT_FORMATS = ("file", "sharded")
 LOGGERS = ("tensorboard", "csv", "wandb", "mlflow")
 TRACKERS = ("wandb", "mlflow")  # loggers whose package (of the same name) is optional
@@ -86,7 +87,7 @@ class Config:
     optimizer: str = opt(
         "adamw", "muon: Muon (torch 2.9+) for the 2-D hidden weights at --muon-lr, AdamW for the rest", OPTIMIZERS
     )
-    muon_lr: float = opt(0.02, "--optimizer muon: Muon's peak rate, scaled up for matrices taller than wide")
+    muon_lr: float = opt(MUON_LR, "--optimizer muon: Muon's peak rate, scaled up for matrices taller than wide")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
     max_epochs: int = opt(10, "epochs to train")
     max_steps: int = opt(-1, "stop after this many optimizer steps; -1 = no limit")
@@ -149,6 +150,9 @@ class Config:
         for name in ("lr", "muon_lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, f"must be positive, got {getattr(self, name)}")
+        if self.optimizer != "muon" and self.muon_lr != MUON_LR:  # as the FSDP-only options are, not ignored
+            muon = f"only applies with --optimizer muon, not {self.optimizer}; add that or leave it out"
+            raise ConfigError("muon_lr", muon)
         if self.optimizer == "muon" and self.strategy == "fsdp":
             raise ConfigError(
                 "optimizer",

@@ -18,6 +18,7 @@ import atexit
 import multiprocessing
 import warnings
 from collections.abc import Callable, Iterator, Sized
+from contextlib import nullcontext
 from itertools import islice
 from multiprocessing.context import BaseContext, ForkContext, ForkProcess, ForkServerContext, ForkServerProcess
 from multiprocessing.process import BaseProcess
@@ -27,7 +28,9 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from .eval_split import EvenShards
-from .signals import held_back, ignore_stop_signals
+from .signals import held_back, ignore_stop_signals, waiting_for
+
+_END = object()  # the end of an epoch's batches
 
 
 def train_loader(
@@ -174,7 +177,14 @@ class ResumableLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         assert isinstance(self.batch_sampler, SkippingBatchSampler)
         self.batches_done = self.batch_sampler.skip
-        for batch in super().__iter__():
+        batches = super().__iter__()
+        # with workers this process only waits for the batch, and a stop signal may end the wait (signals.Waiting)
+        waiting = waiting_for if self.num_workers > 0 else nullcontext
+        while True:
+            with waiting():
+                batch = next(batches, _END)
+            if batch is _END:
+                return
             self.batch_sampler.skip = 0  # this epoch's indices are drawn: the next epoch starts whole
             self.batches_done += 1  # counted when handed out, so a checkpoint after step n says n
             yield batch

@@ -26,6 +26,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
 from torch import Tensor, nn
 from torch.optim import Optimizer
+from torchmetrics import Metric
 
 from .cli import note
 from .config import Config, parse_betas
@@ -226,6 +227,20 @@ class EngineModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.loss_scale = self._current_loss_scale()  # after a resume has restored the scaler's state
+
+    def on_fit_start(self) -> None:
+        self._metrics_in_fp32()
+
+    def on_test_start(self) -> None:
+        self._metrics_in_fp32()
+
+    def _metrics_in_fp32(self) -> None:
+        """--precision bf16-true (and 16-true) turns every floating tensor of the module to half precision as fit and
+        test begin, the torchmetrics states too: an epoch's mean summed in bf16 stops growing (the language model's
+        test/loss read 8.0000, above ln 257). Put back to fp32 after that conversion; counts stay integers."""
+        for metric in self.modules():
+            if isinstance(metric, Metric):
+                metric._apply(lambda t: t.float() if t.is_floating_point() else t)
 
     def lr_scheduler_step(self, scheduler: LRSchedulerTypeUnion, metric: Any) -> None:
         # 16-mixed: on overflowing gradients GradScaler skips optimizer.step and halves its scale, but Lightning still

@@ -16,6 +16,7 @@ from .cli import engine_options_hidden, fail, parse_run, save_yaml
 from .compile_cache import check_compile_cache
 from .config import Config, ConfigError, check_logger
 from .rundir import check_output_dir, hold_output_dir, last_path
+from .signals import end_with_launcher
 from .task import Task
 
 if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # torch and Lightning load once the options are known to be g
 
 def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     cfg, opts = parse_run(argv, task)  # before the heavy imports, so a bad flag answers at once
+    end_with_launcher()
     try:
         check_logger(cfg)
         check_output_dir(cfg)

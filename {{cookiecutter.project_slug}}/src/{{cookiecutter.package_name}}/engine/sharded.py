@@ -75,8 +75,13 @@ def publish_folder(folder: Path, final: Path) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+    remove_shard_folders(final, keep=folder)
+
+
+def remove_shard_folders(final: Path, keep: Path | None = None) -> None:
+    """The hidden folders of `final` but `keep`: those it pointed at before, and those a kill left half-written."""
     for old in final.parent.glob(f".{final.name}.shards-*"):
-        if old != folder:
+        if old != keep:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -110,28 +115,32 @@ class ShardedWriter:
 
         self.wait()
         tensors, rest = split(checkpoint)
-        folder.mkdir(parents=True, exist_ok=True)
-        if rank == 0:
-            with open(folder / META, "wb") as fh:
-                torch.save(rest, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-        distributed = dist.is_available() and dist.is_initialized()
-        writer = FileSystemWriter(folder)
-        if not self.asynchronous:
-            dcp.save(tensors, storage_writer=writer)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
             if rank == 0:
-                publish_folder(folder, final)
-        else:
+                with open(folder / META, "wb") as fh:
+                    torch.save(rest, fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            distributed = dist.is_available() and dist.is_initialized()
+            writer = FileSystemWriter(folder)
+            if not self.asynchronous:
+                dcp.save(tensors, storage_writer=writer)
+                if rank == 0:
+                    publish_folder(folder, final)
+                return
             if distributed and self.group is None:
                 # the writing thread's collectives need a group of their own: training's run on the default one
                 self.group = dist.new_group(backend="gloo")
             self.published.clear()
             saving = dcp.async_save(tensors, storage_writer=writer, process_group=self.group)
-            if not isinstance(saving, Future):  # an AsyncSaveResponse comes only with a stager of one's own
-                saving = saving.upload_completion
-            saving.add_done_callback(lambda done: self._finish(done, folder, final, rank))
-            self.pending = saving
+        except BaseException:  # a full disk, a stop: the name stays on the last whole checkpoint, and this goes
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if not isinstance(saving, Future):  # an AsyncSaveResponse comes only with a stager of one's own
+            saving = saving.upload_completion
+        saving.add_done_callback(lambda done: self._finish(done, folder, final, rank))
+        self.pending = saving
 
     def _finish(self, done: Future[Any], folder: Path, final: Path, rank: int) -> None:
         try:
@@ -139,6 +148,7 @@ class ShardedWriter:
             if rank == 0:
                 publish_folder(folder, final)
         except BaseException as err:  # raised in the training thread by the next wait()
+            shutil.rmtree(folder, ignore_errors=True)
             self.failure = err
         finally:
             self.published.set()

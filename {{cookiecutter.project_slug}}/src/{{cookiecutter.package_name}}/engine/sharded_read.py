@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import pathlib
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,33 @@ def numbered(optimizer: dict[str, Any]) -> dict[str, Any]:
     the numbers in its param_groups, so "0" would load as no state at all. (FSDP2's are names: kept.)"""
     state = optimizer.get("state", {})
     return {**optimizer, "state": {int(k) if str(k).isdigit() else k: v for k, v in state.items()}}
+
+
+def damage(path: Path) -> str | None:
+    """What is wrong with the sharded folder `path`, in a user's words, from its index and the files' sizes alone (no
+    shard is read); None when it looks whole. A part missing or cut short (a copy that did not finish, a full disk)
+    is found here, before a resume, not 60 lines deep inside Lightning's restore."""
+    if not (path / META).is_file():
+        return f"{META} is missing (rank 0's part: the loops, callbacks and options)"
+    if not zipfile.is_zipfile(path / META):
+        return f"{META} is cut short or not torch.save's"
+    if not (path / ".metadata").is_file():
+        return "its index .metadata is missing"
+    try:
+        metadata = _SafeReader(path).read_metadata()
+    except pickle.UnpicklingError as err:
+        if "Unsupported global" in str(err):
+            return None  # a planted index: refused as holding code, by the reading that follows
+        return f"its index .metadata cannot be read ({err})"
+    except (EOFError, OSError, ValueError, AttributeError) as err:
+        return f"its index .metadata cannot be read ({type(err).__name__}: {err})"
+    needed: dict[str, int] = {}
+    for where in metadata.storage_data.values():
+        needed[where.relative_path] = max(needed.get(where.relative_path, 0), where.offset + where.length)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            return f"its shard {name} is missing"
+        if shard.stat().st_size < size:
+            return f"its shard {name} has {shard.stat().st_size} bytes where its index needs {size}: cut short"
+    return None

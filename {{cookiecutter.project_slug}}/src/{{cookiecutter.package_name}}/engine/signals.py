@@ -69,6 +69,33 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
+def end_with_launcher() -> None:
+    """A rank that a launcher started (Lightning's starts ranks 1..N, torchrun every rank: LOCAL_RANK is set before
+    the process begins) ends when its launcher does, even by kill -9. Rank 0 ending on an error (a dead S3 endpoint
+    in the final test) left the others waiting in a collective for the process group's 30 minutes."""
+    if "LOCAL_RANK" in os.environ and sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Waiting:
+    """Whether the main process is waiting for loader workers to hand it the next training batch (`waiting_for`).
+    There it holds nothing half-done: no batch is being read in it, and the step before is complete. A read from
+    object storage can stall for minutes (object_storage.py), so a stop signal noted there is acted on at once
+    (stop_on_signal.py) instead of after the read's time limit, which a scheduler's grace period may not outlast."""
+
+    now = False
+
+
+@contextmanager
+def waiting_for() -> Iterator[None]:
+    Waiting.now = True
+    try:
+        yield
+    finally:
+        Waiting.now = False
+
+
 class Stopped(BaseException):  # a BaseException, as KeyboardInterrupt is: `except Exception` must not swallow it
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

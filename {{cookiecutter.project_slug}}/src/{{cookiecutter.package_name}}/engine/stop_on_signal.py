@@ -16,7 +16,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .signals import STOP_SIGNALS
+from .signals import STOP_SIGNALS, Waiting
 
 
 class StopOnSignal(Callback):
@@ -37,7 +37,9 @@ class StopOnSignal(Callback):
         self.signum: int | None = None
         self.saved = False
         self._step = -1
+        self._stepped = False  # the last batch ended an optimizer step: nothing is accumulated that a save would lose
         self._stopping = False
+        self._alone = False  # one process: a stop needs no agreement, and may end a wait for data (signals.Waiting)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.signum, self.saved, self._stopping = None, False, False
@@ -49,7 +51,8 @@ class StopOnSignal(Callback):
     on_fit_end = on_test_start = on_sanity_check_start
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._step = trainer.global_step
+        self._step, self._stepped = trainer.global_step, False
+        self._alone = trainer.world_size == 1
         if self._install():
             also = ", SIGUSR1 too" if signal.getsignal(signal.SIGUSR1) == self._note else ""
             rank_zero_info(
@@ -69,13 +72,20 @@ class StopOnSignal(Callback):
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.signum = self.signum or signum
+        if Waiting.now and self._alone and self._stepped:  # a stalled read from object storage, say: the batch
+            self._stopping = True  # before it ended an optimizer step of this run, and no rank has to agree
+            raise SIGTERMException  # on_exception saves
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if trainer.global_step != self._step:  # not between accumulated batches, whose gradients no checkpoint holds
+        self._stepped = trainer.global_step != self._step
+        if self._stepped:  # not between accumulated batches, whose gradients no checkpoint holds
             self._step = trainer.global_step
             self._agree(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stepped = False  # the next epoch's first wait: its loops' counters are not a step's end until it ends
 
     def on_test_batch_end(
         self,

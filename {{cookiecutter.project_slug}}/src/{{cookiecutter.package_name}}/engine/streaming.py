@@ -14,16 +14,17 @@ and what the task needs to trust them (the classes, the tokenizer's hash, the se
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
 
 from .config import ConfigError
-from .files import write_text
+from .object_storage import BOUND_S, TRIES, endpoint, s3_client, storage_options, unreachable, watched
+from .rundir import check_writable_dir
 
 MADE_BY = "made_by.json"
 SPLITS = ("train", "val")
@@ -48,70 +49,56 @@ def is_remote(url: str) -> bool:
     return url.startswith("s3://")
 
 
-def _s3_client() -> Any:
-    import boto3
-    from botocore.config import Config
-
-    # few retries: an unreachable endpoint is told in seconds, not after minutes of back-off
-    return boto3.client("s3", config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30))
-
-
-def _bucket_key(url: str) -> tuple[str, str]:
+def bucket_key(url: str) -> tuple[str, str]:
     bucket, _, prefix = url.removeprefix("s3://").partition("/")
     return bucket, f"{prefix.strip('/')}/{MADE_BY}".lstrip("/")
 
 
-def write_chunks(
-    fn: Callable[[Any], dict[str, Any]],
-    splits: Mapping[str, Sequence[Any]],
-    output: str,
-    made_by: dict[str, Any],
-    num_workers: int,
-    chunk_bytes: str,
-) -> None:
-    """Each split's items through `fn` into OUTPUT/<split>/ with `litdata.optimize`, then OUTPUT/made_by.json."""
-    import litdata
-
-    for split, items in splits.items():
-        litdata.optimize(
-            fn=fn,
-            inputs=list(items),
-            output_dir=f"{output.rstrip('/')}/{split}",
-            chunk_bytes=chunk_bytes,
-            num_workers=num_workers,
-            mode="overwrite",  # prepare_data.py run again replaces what an earlier run wrote
-            keep_data_ordered=True,  # item i is the same whatever the worker count: indices are what runs save
-            verbose=False,
-        )
-    record = json.dumps({**made_by, "items": {s: len(items) for s, items in splits.items()}}, indent=1)
-    if is_remote(output):
-        bucket, key = _bucket_key(output)
-        _s3_client().put_object(Bucket=bucket, Key=key, Body=record.encode())
-    else:
-        write_text(Path(output, MADE_BY), record)
+def cache_root(cache_dir: str | None) -> Path:
+    """--cache-dir, or where LitData's index goes when it is unset: $TMPDIR/litdata, which SLURM and most schedulers
+    point at the node's own disk."""
+    return Path(cache_dir) if cache_dir else Path(os.environ.get("TMPDIR", "/tmp"), "litdata")
 
 
-def read_made_by(data_dir: str, task: str) -> dict[str, Any]:
-    """made_by.json of the chunks at `data_dir`, checked to be `task`'s; each way to fail in one line."""
+def check_cache_dir(cache_dir: str | None) -> None:
+    """The index cache can be made and written in (rundir.check_writable_dir): ConfigError for --cache-dir, its
+    default's too, where a NotADirectoryError or OSError from inside the run's setup was."""
+    try:
+        check_writable_dir(cache_root(cache_dir), "cache_dir")
+    except ConfigError as err:
+        if cache_dir:
+            raise
+        said = str(err).split(": ", 1)[1].removesuffix("; choose a writable one")
+        raise ConfigError(
+            "cache_dir", f"unset, so $TMPDIR/litdata: {said}; give --cache-dir a writable folder"
+        ) from None
+
+
+def read_made_by(data_dir: str, task: str, cache_dir: str | None = None) -> dict[str, Any]:
+    """made_by.json of the chunks at `data_dir`, checked to be `task`'s; each way to fail in one line. The run's
+    --cache-dir is checked first."""
+    check_cache_dir(cache_dir)
     if is_remote(data_dir):
         import botocore.exceptions as errors
 
-        bucket, key = _bucket_key(data_dir)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "AWS's")
+        bucket, key = bucket_key(data_dir)
         try:
-            text = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
-        except (errors.EndpointConnectionError, errors.ConnectTimeoutError) as err:
-            reach = f"cannot reach the S3 endpoint {endpoint} ({err})"
-            raise ConfigError("data_dir", f"{reach}; check AWS_ENDPOINT_URL") from None
+            text = s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
         except errors.NoCredentialsError:
             raise ConfigError("data_dir", f"no S3 credentials for {data_dir}: set AWS_ACCESS_KEY_ID") from None
-        except errors.ClientError as err:
-            code = err.response.get("Error", {}).get("Code", "")
+        except Exception as err:
+            if unreachable(err):
+                raise ConfigError(
+                    "data_dir", f"cannot reach the S3 endpoint {endpoint()} ({err}); check AWS_ENDPOINT_URL"
+                ) from None
+            code = err.response.get("Error", {}).get("Code", "") if isinstance(err, errors.ClientError) else None
             if code == "NoSuchBucket":
-                raise ConfigError("data_dir", f"there is no bucket {bucket} at {endpoint}") from None
+                raise ConfigError("data_dir", f"there is no bucket {bucket} at {endpoint()}") from None
             if code in ("NoSuchKey", "404"):
                 raise ConfigError("data_dir", f"no chunks at {data_dir} (no {MADE_BY}); {MAKE}") from None
-            raise ConfigError("data_dir", f"cannot read s3://{bucket}/{key}: {err}") from None
+            if code is not None:
+                raise ConfigError("data_dir", f"cannot read s3://{bucket}/{key}: {err}") from None
+            raise
     else:
         try:
             text = Path(data_dir, MADE_BY).read_bytes()
@@ -136,13 +123,19 @@ class DamagedChunkError(ConfigError):
         super().__init__("data_dir", message.strip().splitlines()[-1].split("--data-dir: ", 1)[-1])
 
 
+def _unreachable(what: str, err: BaseException) -> DamagedChunkError:
+    return DamagedChunkError(
+        f"cannot reach the S3 endpoint {endpoint()} for {what} ({type(err).__name__}, {TRIES} tries over at most "
+        f"{BOUND_S} s); the chunks are unchanged: --resume last continues once it answers"
+    )
+
+
 class StreamedItems(Dataset[dict[str, Any]]):
     """One split of the chunks, item by item: `len` from LitData's index, `[i]` the i-th item written."""
 
     def __init__(self, data_dir: str, split: str, cache_dir: str | None) -> None:
         self.url = f"{data_dir.rstrip('/')}/{split}"
-        # unset: $TMPDIR, which SLURM and most schedulers point at the node's own disk
-        self.cache_dir = str(Path(cache_dir or Path(os.environ.get("TMPDIR", "/tmp"), "litdata"), split))
+        self.cache_dir = str(cache_root(cache_dir) / split)
         self.dataset = self._open()
         # every item of the split, from the index: LitData's len() is this rank's share under torch.distributed
         self.length = sum(end - start for start, end in self.dataset.region_of_interest)
@@ -152,9 +145,22 @@ class StreamedItems(Dataset[dict[str, Any]]):
     def _open(self) -> Any:
         from litdata import StreamingDataset
 
-        Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
         self.pid = os.getpid()
-        return StreamingDataset(self.url, cache_dir=self.cache_dir)
+        options = storage_options() if is_remote(self.url) else None  # every request with a time limit
+        try:
+            Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
+            return StreamingDataset(self.url, cache_dir=self.cache_dir, storage_options=options)
+        except OSError as err:  # the index cannot be kept: a --cache-dir (checked at start) full, or made read-only
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+                raise
+            raise ConfigError(
+                "cache_dir",
+                f"cannot keep LitData's index in {self.cache_dir} ({err.strerror}); give a writable one with room",
+            ) from None
+        except Exception as err:  # the index is read again as each stage starts (the final test's too)
+            if options is not None and unreachable(err):
+                raise _unreachable(f"the index of {self.url}", err) from None
+            raise
 
     def _chunk_sizes(self) -> list[tuple[str, int, int]]:
         """Local chunks: (file, bytes, last item + 1) of each, from the index LitData wrote."""
@@ -180,9 +186,14 @@ class StreamedItems(Dataset[dict[str, Any]]):
                 said = "is missing" if size is None else f"has {size} bytes, not the {chunk[1]} written"
                 raise DamagedChunkError(f"{path} {said}: the chunks changed during the run; {MAKE} again")
         try:
-            return dict(self.dataset[index])
-        except Exception as err:  # a deleted or cut object: a 404, a short range, bytes that do not decode
-            raise DamagedChunkError(
+            if not is_remote(self.url):
+                return dict(self.dataset[index])
+            with watched(f"item {index} of {self.url}"):
+                return dict(self.dataset[index])
+        except Exception as err:
+            if is_remote(self.url) and unreachable(err):  # the server, not the chunks: they are as they were
+                raise _unreachable(f"item {index} of {self.url}", err) from None
+            raise DamagedChunkError(  # a deleted or cut object: a 404, a short range, bytes that do not decode
                 f"cannot read item {index} of {self.url} ({type(err).__name__}): the chunks changed during the "
                 f"run; {MAKE} again"
             ) from None

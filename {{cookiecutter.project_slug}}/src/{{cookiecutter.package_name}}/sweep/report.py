@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from ..engine import ConfigError, check_output, fail, open_output, publish, write_text
 from .trials import counted
 
 TOP = 5
@@ -20,8 +21,13 @@ PLOTS = {
 }
 
 
-def report(study: optuna.Study, sweep_dir: Path, metric: str) -> list[Path]:
-    """Print the table, write report.txt and the plots; the plots that could be drawn."""
+def report(study: optuna.Study, sweep_dir: Path, metric: str, option: str = "output_dir") -> list[Path]:
+    """Print the table, write report.txt and the plots; the plots that could be drawn. `option`: the flag that
+    named `sweep_dir`, which a folder that cannot take them is blamed on."""
+    try:  # before the table is printed: one line, not a traceback after it
+        check_output(sweep_dir / "report.txt", option)
+    except ConfigError as err:
+        fail(str(err))
     trials = counted(study.get_trials(deepcopy=False))  # a trial stopped and continued shows once, as it ended
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: sign * float(t.value or 0))
@@ -44,7 +50,7 @@ def report(study: optuna.Study, sweep_dir: Path, metric: str) -> list[Path]:
     lines += [f"trial {t.number} failed: {t.user_attrs['error']}" for t in failed]
     text = "\n".join(lines)
     print(text, flush=True)
-    (sweep_dir / "report.txt").write_text(text + "\n")
+    write_text(sweep_dir / "report.txt", text + "\n")
     return plot(study, sweep_dir / "plots")
 
 
@@ -67,7 +73,10 @@ def plot(study: optuna.Study, folder: Path) -> list[Path]:
                 continue
         figure = (axes[0] if hasattr(axes, "__len__") else axes).figure
         figure.set_size_inches(9, 6)
-        figure.savefig(folder / name, dpi=100, bbox_inches="tight")
+        partial = open_output(folder / name, "output_dir", watched=False)  # a plot whole or not at all, as every output
+        figure.savefig(partial.name, format="png", dpi=100, bbox_inches="tight")
+        partial.close()
+        publish(Path(partial.name), folder / name)
         plt.close(figure)
         written.append(folder / name)
     return written

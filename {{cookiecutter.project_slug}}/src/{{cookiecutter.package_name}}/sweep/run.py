@@ -137,11 +137,11 @@ def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
     from .report import report
 
     if args.report is not None:
-        report(load_study(args.storage, Path(args.report)), Path(args.report), args.metric)
+        report(load_study(args.storage, Path(args.report)), Path(args.report), args.metric, "report")
         return
     sweep_dir = Path(args.output_dir)
     try:
-        params = load_space(args.space, task)
+        params = load_space(args.space, task, shown)
         with tempfile.TemporaryDirectory() as scratch:  # nothing is written: the sweep folder is not made yet
             check_values(params, args.space, task, rest, f"{scratch}/x")
         clash = fixed_names(rest, task.options) & {p.name for p in params}

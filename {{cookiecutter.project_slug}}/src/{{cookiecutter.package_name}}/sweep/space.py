@@ -50,9 +50,9 @@ def as_flag(name: str, value: Any) -> list[str]:
     return [f"{flag}={'none' if value is None else value}"]
 
 
-def load_space(path: str, task: Task) -> list[Param]:
+def load_space(path: str, task: Task, shown: str = "python train.py") -> list[Param]:
     """Every key an option of Config or of the task, every value of the option's type; `check_values` then puts each
-    value through the options' checks."""
+    value through the options' checks. `shown`: the command the trials run, which a bad key is told to look up."""
     try:
         data = read_yaml(path, "space")
     except ConfigError as err:
@@ -68,8 +68,9 @@ def load_space(path: str, task: Task) -> list[Param]:
         name = str(key).replace("-", "_")
         where = f"--space: {path}: {key!r}"
         if name in reserved or name not in hints:
-            valid = "every train.py option but " + ", ".join(reserved) if name in reserved else "a train.py option"
-            raise SpaceError(f"{where} is not {valid} (see python train.py --help)")
+            but = f" but {', '.join(reserved)}"
+            valid = f"every option of {shown}{but}" if name in reserved else f"an option of {shown}"
+            raise SpaceError(f"{where} is not {valid} (see {shown} --help)")
         params.append(_param(name, spec, hints[name], where))
     return params
 

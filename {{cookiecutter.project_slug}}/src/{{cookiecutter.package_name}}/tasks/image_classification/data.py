@@ -90,7 +90,7 @@ class ImageDataModule(L.LightningDataModule):
         self.cifar10: dict[str, tuple[Tensor, Tensor]] = {}
         self.made_by: dict[str, Any] = {}
         if data == "streaming":  # the chunks' classes, from what prepare_data.py wrote beside them
-            self.made_by = read_made_by(data_dir, TASK_NAME)
+            self.made_by = read_made_by(data_dir, TASK_NAME, cache_dir)
             self.classes = list(self.made_by["classes"])
         elif data == "folder":
             if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():

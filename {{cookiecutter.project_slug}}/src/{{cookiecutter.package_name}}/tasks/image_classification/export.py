@@ -11,11 +11,12 @@ import io
 import json
 import warnings
 from pathlib import Path
+from typing import IO
 
 import torch
 from torch import Tensor, nn
 
-from ...engine import ConfigError, OutputBusyError, discard, open_partial, publish
+from ...engine import ConfigError, discard, open_output, publish
 from .config import ExportConfig
 from .module import ImageClassifier
 from .transforms import eval_transform
@@ -58,9 +59,7 @@ def output_path(cfg: ExportConfig) -> Path:
             f"{path.name} is named for {named}, not {cfg.format}: name it {path.stem}{SUFFIXES[cfg.format]}, "
             f"or pass --format {named}",
         )
-    if not path.resolve().parent.is_dir():
-        raise ConfigError("output", f"folder {path.resolve().parent} does not exist; create it or give another path")
-    return path
+    return path  # its folder, and whether it can be written: files.open_output, with the other outputs
 
 
 def sample_batches(serving: ServingModel) -> tuple[Tensor, list[Tensor]]:
@@ -120,28 +119,29 @@ def _export_program(serving: ServingModel, example: Tensor, checks: list[Tensor]
         return [loaded(b) for b in checks]
 
 
-def export(cfg: ExportConfig, serving: ServingModel) -> tuple[Path, float, float]:
-    """Write the export of `serving` to the output path; return it, the largest logit difference and the bound."""
+def open_export(cfg: ExportConfig) -> IO[str]:
+    """The partial file of the export (files.open_output), opened before any work: a bad --output answers at once."""
+    return open_output(output_path(cfg), "output", SUFFIXES[cfg.format])  # exporters want their suffix
+
+
+def export(cfg: ExportConfig, serving: ServingModel, lock: IO[str]) -> tuple[Path, float, float]:
+    """Write the export of `serving` through `lock` (open_export's) to the output path; return it, the largest logit
+    difference and the bound."""
     path = output_path(cfg)
-    serving = serving.eval()
-    example, checks = sample_batches(serving)
-    with torch.no_grad():
-        expected = [serving(b) for b in checks]
     try:
-        lock = open_partial(path.resolve(), SUFFIXES[cfg.format], watched=True)  # exporters want their suffix
-    except OutputBusyError as err:
-        raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
-    temp = lock.name
-    try:
+        serving = serving.eval()
+        example, checks = sample_batches(serving)
+        with torch.no_grad():
+            expected = [serving(b) for b in checks]
         writer = _export_onnx if cfg.format == "onnx" else _export_program
-        got = writer(serving, example, checks, Path(temp))
+        got = writer(serving, example, checks, Path(lock.name))
         diff = max(float((g - e).abs().max()) for g, e in zip(got, expected, strict=True))
         bound = cfg.tolerance * max(1.0, max(float(e.abs().max()) for e in expected))
         if not diff <= bound:
             raise ParityError(
                 f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
             )
-        publish(Path(temp), path)
+        publish(Path(lock.name), path)
     finally:  # also on Ctrl-C, SIGTERM and SIGHUP (engine/signals.py): nothing half-written stays
         discard(lock)
     return path, diff, bound

@@ -72,10 +72,12 @@ class ImageClassifier(EngineModule):
         self.backbone_norms = [
             m for n, m in self.net.named_modules() if isinstance(m, norms) and f"{n}.weight" not in self.head
         ]
-        # Training accuracy is the plain (micro) one: the per-class (macro) average counts with a bincount, which waits
-        # for the GPU at every step. With classes of equal size the two are the same number.
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes) for _ in range(2))
+        # acc is the plain (micro) top-1 accuracy in every stage: what a reader takes "accuracy" for, and what the best
+        # checkpoint and a sweep choose by (val/acc). Evaluation adds balanced_acc, the mean of the per-class
+        # accuracies (torchmetrics' macro), which an imbalanced split tells apart; training does without it, since its
+        # bincount waits for the GPU at every step. With classes of equal size the two are the same number.
+        self.train_acc, self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in "tvt")
+        self.val_balanced_acc, self.test_balanced_acc = (MulticlassAccuracy(num_classes, average="macro") for _ in "vt")
 
     @classmethod
     def from_config(cls, cfg: Config, opts: ImageOptions, hw: Hardware, class_names: Sequence[str]) -> ImageClassifier:
@@ -128,8 +130,9 @@ class ImageClassifier(EngineModule):
         self.train()  # re-decide the BatchNorm mode as the epoch changes (validation restores the modes it found)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Float images in [0, 255], NCHW at the model's resolution; normalised here, so exports need only the model."""
-        return self.net((x - self.mean) / self.std)
+        """Float images in [0, 255], NCHW at the model's resolution; normalised here, so exports need only the model.
+        In the weights' dtype: under --precision bf16-true the batch is made float32 after Lightning converted it."""
+        return self.net((x.to(self.mean.dtype) - self.mean) / self.std)
 
     def shared_step(self, batch: Batch, stage: str) -> Tensor:
         x, y = batch
@@ -141,6 +144,10 @@ class ImageClassifier(EngineModule):
         # prog_bar=True would read the loss back from the GPU every step; monitors.LogStepProgressBar shows it instead.
         self.log(f"{stage}/loss", loss, on_step=train, on_epoch=not train, prog_bar=not train, sync_dist=not train)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=stage != "train")
+        if not train:
+            balanced = getattr(self, f"{stage}_balanced_acc")
+            balanced(logits, y)
+            self.log(f"{stage}/balanced_acc", balanced, on_step=False, on_epoch=True)
         return loss
 
     def param_groups(self) -> list[dict[str, Any]]:

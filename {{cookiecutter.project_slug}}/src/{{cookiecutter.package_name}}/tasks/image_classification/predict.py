@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ...engine import ConfigError, Hardware, OutputBusyError, check_checkpoint, eval_loader, open_partial, publish
+from ...engine import ConfigError, Hardware, check_checkpoint, eval_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .module import ImageClassifier
 from .sources import IMAGE_SUFFIXES, list_images
@@ -151,27 +151,6 @@ def collect_images(inputs: Sequence[str]) -> list[Path]:
         else:
             raise InputError(f"{item}: no such file or folder; give images, folders of images or lists of paths")
     return found
-
-
-def open_output(output: str) -> IO[str]:
-    """The hidden partial file beside `output` (files.py), opened now so that an unwritable place fails before any
-    work. `commit` renames it to `output` when every row is in; `files.discard` removes it."""
-    final = Path(output).resolve()
-    if not final.parent.is_dir():
-        raise ConfigError(
-            "output", f"folder {final.parent} does not exist; create it or give a path in an existing one"
-        )
-    try:
-        return open_partial(final, watched=True)
-    except OutputBusyError as err:
-        raise ConfigError("output", f"{err}; wait for it to finish, or give another --output") from None
-    except OSError as err:
-        raise ConfigError("output", f"cannot write in {final.parent} ({err.strerror}); give a writable place") from None
-
-
-def commit(handle: IO[str], output: str) -> None:
-    handle.close()
-    publish(Path(handle.name), Path(output))
 
 
 Row = tuple[str, list[tuple[str, float]]]  # path, then (class, probability) for the top k, most probable first

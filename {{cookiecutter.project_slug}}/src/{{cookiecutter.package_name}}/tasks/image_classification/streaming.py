@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...engine import ConfigError, StreamedItems, check_path, opt, write_chunks
+from ...engine import ConfigError, StreamedItems, check_path, chunks_output, opt, parse_chunk_bytes, write_chunks
 from .decoding import UnreadableImageError
 from .images import ImageFiles
 
@@ -22,7 +22,7 @@ TASK_NAME = "image-classification"
 class PrepareOptions:
     data_dir: str = opt("data", "the image folder: train/ and val/ [and test/], one folder per class in each")
     output: str = opt("chunks", "a local folder or s3://bucket/prefix (AWS_ENDPOINT_URL for other S3 servers)")
-    chunk_bytes: str = opt("64MB", "target chunk size: LitData's advice; each is fetched by ranged reads")
+    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
     num_workers: int = opt(0, "writer processes; 0 = in this process (a few thousand images a second)")
 
     def __post_init__(self) -> None:
@@ -30,6 +30,7 @@ class PrepareOptions:
             check_path(name, getattr(self, name))
         if self.num_workers < 0:
             raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        parse_chunk_bytes(self.chunk_bytes)
 
 
 def image_item(sample: tuple[str, int]) -> dict[str, Any]:
@@ -47,10 +48,11 @@ def prepare(opts: PrepareOptions) -> dict[str, int]:
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if len(classes) < 2:
         raise ConfigError("data_dir", f"{root}/train/ needs at least 2 class folders, found {classes}")
-    samples = image_folders(root, classes, "decoded")
-    splits = {split: list(zip(*pair, strict=True)) for split, pair in samples.items()}
-    made_by = {"task": TASK_NAME, "classes": classes}
-    write_chunks(image_item, splits, opts.output, made_by, opts.num_workers, opts.chunk_bytes)
+    with chunks_output(opts.output) as output:  # a bad --output answers before the images are listed
+        samples = image_folders(root, classes, "decoded")
+        splits = {split: list(zip(*pair, strict=True)) for split, pair in samples.items()}
+        made_by = {"task": TASK_NAME, "classes": classes}
+        write_chunks(image_item, splits, output, made_by, opts.num_workers, parse_chunk_bytes(opts.chunk_bytes))
     return {split: len(items) for split, items in splits.items()}
 
 

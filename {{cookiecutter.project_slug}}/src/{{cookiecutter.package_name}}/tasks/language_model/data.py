@@ -80,7 +80,7 @@ class LanguageDataModule(L.LightningDataModule):
         elif data == "tokens":
             self.shards = token_shards(Path(data_dir or ""), tokenizer.vocab_size)
         elif data == "streaming":
-            self.made_by = read_made_by(data_dir or "", TASK_NAME)
+            self.made_by = read_made_by(data_dir or "", TASK_NAME, cache_dir)
             check_chunks(self.made_by, data_dir or "", tokenizer, context)
 
     def prepare_data(self) -> None:  # one process per node: the others read the shards it wrote

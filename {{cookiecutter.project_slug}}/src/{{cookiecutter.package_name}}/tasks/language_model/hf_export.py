@@ -9,15 +9,13 @@ byte-level BPE with no merges whose ids are the byte values, so encoding agrees 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ...engine import ConfigError, partial_path
+from ...engine import ConfigError, PartialFolder
 from .gpt import GPT
 from .sampling import load_pretrained
 from .tokenizer import END_OF_TEXT, Tokenizer
@@ -102,29 +100,18 @@ def gpt2_config(net: GPT, eot: int) -> dict[str, object]:
     }
 
 
-def export_hf(net: GPT, tokenizer: Tokenizer, folder: Path) -> float:
-    """Writes `folder` whole or not at all, after reading it back: the largest logit difference from `net`."""
+def export_hf(net: GPT, tokenizer: Tokenizer, out: PartialFolder) -> float:
+    """Writes the folder `out` stands for, whole or not at all, after reading it back: the largest logit difference
+    from `net`."""
     from safetensors.torch import save_file
 
-    if folder.exists():
-        raise ConfigError("output", f"{folder} exists; give a folder that does not exist yet")
-    if not folder.parent.is_dir():
-        raise ConfigError("output", f"the folder {folder.parent} does not exist")
-    partial = partial_path(folder, str(os.getpid()))
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        partial.mkdir()
-        save_file(hf_weights(net), str(partial / "model.safetensors"), metadata={"format": "pt"})
-        (partial / "config.json").write_text(json.dumps(gpt2_config(net, tokenizer.eot), indent=2) + "\n")
-        (partial / "tokenizer.json").write_text(tokenizer.spec if tokenizer.hf is not None else bytes_tokenizer_json())
-        diff = read_back_difference(net, partial)
-        if not diff <= TOLERANCE:
-            raise ConfigError(
-                "checkpoint", f"the exported weights give logits {diff:.2e} away from its own; not written"
-            )
-        os.rename(partial, folder)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    save_file(hf_weights(net), str(out.path / "model.safetensors"), metadata={"format": "pt"})
+    (out.path / "config.json").write_text(json.dumps(gpt2_config(net, tokenizer.eot), indent=2) + "\n")
+    (out.path / "tokenizer.json").write_text(tokenizer.spec if tokenizer.hf is not None else bytes_tokenizer_json())
+    diff = read_back_difference(net, out.path)
+    if not diff <= TOLERANCE:
+        raise ConfigError("checkpoint", f"the exported weights give logits {diff:.2e} away from its own; not written")
+    out.publish()
     return diff
 
 

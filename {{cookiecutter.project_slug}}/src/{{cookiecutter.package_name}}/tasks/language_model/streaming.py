@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...engine import ConfigError, StreamedItems, check_path, opt, write_chunks
+from ...engine import ConfigError, StreamedItems, check_path, chunks_output, opt, parse_chunk_bytes, write_chunks
 from .config import MAX_CONTEXT
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -27,7 +27,7 @@ class PrepareOptions:
     tokenizer: str = opt("bytes", "bytes, or a Hugging Face tokenizer.json: train.py must be given the same")
     context: int = opt(256, "tokens per training sequence, as train.py's --context (which must be the same)")
     val_fraction: float = opt(0.05, "the share of documents kept for validation, chosen by a hash of their text")
-    chunk_bytes: str = opt("64MB", "target chunk size: LitData's advice; each is fetched by ranged reads")
+    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
     num_workers: int = opt(0, "writer processes; 0 = in this process (tokenizing is done before, on all cores)")
 
     def __post_init__(self) -> None:
@@ -39,6 +39,7 @@ class PrepareOptions:
             raise ConfigError("val_fraction", f"must be between 0 and 1 (0.05 is usual), got {self.val_fraction}")
         if self.num_workers < 0:
             raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        parse_chunk_bytes(self.chunk_bytes)
 
 
 def sequence_item(window: np.ndarray) -> dict[str, Any]:
@@ -50,19 +51,20 @@ def prepare(opts: PrepareOptions) -> dict[str, int]:
 
     tokenizer = load_tokenizer("tokenizer", opts.tokenizer)
     folder = Path(opts.data_dir)
-    streams = split_documents(folder, text_files(folder), tokenizer, opts.val_fraction)
-    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32  # half the bytes for GPT-2's vocabulary
-    step = opts.context
-    # the windows PackedSequences reads from a --data text stream: every context tokens, context + 1 long
-    splits = {
-        split: [tokens[k * step : k * step + step + 1].astype(dtype) for k in range((len(tokens) - 1) // step)]
-        for split, tokens in streams.items()
-    }
-    for split, windows in splits.items():
-        if not windows:
-            raise ConfigError("context", f"the {split} split holds no sequence of {step + 1} tokens; lower it")
-    made_by = {"task": TASK_NAME, "tokenizer": tokenizer.digest, "tokenizer_name": tokenizer.name, "context": step}
-    write_chunks(sequence_item, splits, opts.output, made_by, opts.num_workers, opts.chunk_bytes)
+    with chunks_output(opts.output) as output:  # a bad --output answers before the text is tokenized
+        streams = split_documents(folder, text_files(folder), tokenizer, opts.val_fraction)
+        dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32  # half the bytes for GPT-2's vocabulary
+        step = opts.context
+        # the windows PackedSequences reads from a --data text stream: every context tokens, context + 1 long
+        splits = {
+            split: [tokens[k * step : k * step + step + 1].astype(dtype) for k in range((len(tokens) - 1) // step)]
+            for split, tokens in streams.items()
+        }
+        for split, windows in splits.items():
+            if not windows:
+                raise ConfigError("context", f"the {split} split holds no sequence of {step + 1} tokens; lower it")
+        made_by = {"task": TASK_NAME, "tokenizer": tokenizer.digest, "tokenizer_name": tokenizer.name, "context": step}
+        write_chunks(sequence_item, splits, output, made_by, opts.num_workers, parse_chunk_bytes(opts.chunk_bytes))
     return {split: len(windows) for split, windows in splits.items()}
 
 

@@ -80,8 +80,9 @@ def load_tokenizer(option: str, value: str) -> Tokenizer:
         raise ConfigError(option, f"{value} is not a usable tokenizer.json: {str(err).splitlines()[0]}") from None
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, output: Path) -> Tokenizer:
-    """A byte-level BPE (GPT-2's scheme) learnt from `texts`, with end-of-text, saved as a tokenizer.json."""
+def train_bpe(texts: Iterable[str], vocab_size: int, output: Path | None = None) -> Tokenizer:
+    """A byte-level BPE (GPT-2's scheme) learnt from `texts`, with end-of-text; saved as the tokenizer.json `output`,
+    if given."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -95,5 +96,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output: Path) -> Tokenizer:
         show_progress=False,
     )
     hf.train_from_iterator(texts, trainer)
-    write_text(output, hf.to_str())
-    return Tokenizer(output.read_text())
+    if output is not None:
+        write_text(output, hf.to_str())
+    return Tokenizer(hf.to_str())

@@ -32,6 +32,7 @@ from {{ cookiecutter.package_name }}.bench.harness import (
     quiet_trainers,
 )
 from {{ cookiecutter.package_name }}.bench.report import (
+    check_json,
     device_name,
     repeat_lines,
     table,
@@ -112,6 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
     if args.warmup < 0:
         fail(f"--warmup: must be 0 or more, got {args.warmup}")
+    check_json(args.json)
     return args
 
 

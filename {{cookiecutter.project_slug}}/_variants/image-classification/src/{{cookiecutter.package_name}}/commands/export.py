@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from {{ cookiecutter.package_name }}.engine import ConfigError, discard, fail, parse_options
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ExportConfig,
 )
@@ -34,17 +34,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ParityError,
         ServingModel,
         export,
-        output_path,
+        open_export,
     )
     from {{ cookiecutter.package_name }}.tasks.image_classification.predict import (
         load_classifier,
     )
 
     try:
-        output_path(cfg)  # a bad --output answers before minutes of exporting
+        lock = open_export(cfg)  # a bad --output answers before minutes of exporting
+    except ConfigError as err:
+        fail(str(err))
+    try:
         # Plain fp32, NCHW, eager: what every runtime reads; the runtime picks its own kernels and layout.
         classifier = load_classifier(cfg.checkpoint, channels_last=False, compile=False)
-        path, diff, bound = export(cfg, ServingModel(classifier))
+        path, diff, bound = export(cfg, ServingModel(classifier), lock)
     except ConfigError as err:
         fail(str(err))
     except ParityError as err:
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     except Exception as err:  # the exporter cannot trace some network: one line, the exporter's own first line
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         fail(f"--format: the {cfg.format} export failed ({type(err).__name__}: {reason}); try the other format", code=1)
+    finally:  # a checkpoint that does not load, a stop: the partial file goes (export() removes it once it runs)
+        discard(lock)
     size = path.stat().st_size
     classes = len(classifier.hparams["class_names"])
     print(

@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from {{ cookiecutter.package_name }}.engine import (
         apply_backend_flags,
         build_trainer,
+        commit,
         discard,
         launched_as_global_zero,
+        open_output,
         resolve_hardware,
     )
     from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
@@ -49,9 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         InputError,
         Predictor,
         collect_images,
-        commit,
         load_classifier,
-        open_output,
         predict_loader,
         summary,
         write_rows,
@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         hw = resolve_hardware(train_cfg, channels_last=True)
         decode = decode_choice(cfg.decode, hw.accelerator, images=paths)  # auto: gpu for mostly JPEGs on CUDA
         hw = replace(hw, choices={"decode": decode})
+        # before the checkpoint is read and the Trainer starts; only the process that writes
+        handle = open_output(cfg.output, "output") if launched_as_global_zero() else None
         classifier = load_classifier(
             cfg.checkpoint, channels_last=hw.channels_last, compile=hw.compile, compile_mode=cfg.compile_mode
         )
-        # before the Trainer, whose start-up lines would come before this one; only the process that writes
-        handle = open_output(cfg.output) if launched_as_global_zero() else None
         trainer = build_trainer(
             train_cfg, hw, callbacks=[], logger=False, enable_checkpointing=False, enable_model_summary=False
         )

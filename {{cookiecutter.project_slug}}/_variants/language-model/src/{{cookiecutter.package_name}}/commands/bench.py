@@ -29,7 +29,7 @@ from {{ cookiecutter.package_name }}.bench.harness import (
     peak_flops,
     quiet_trainers,
 )
-from {{ cookiecutter.package_name }}.bench.report import ratio_line, spread, write_json
+from {{ cookiecutter.package_name }}.bench.report import check_json, ratio_line, spread, write_json
 from {{ cookiecutter.package_name }}.engine import (
     OneLineParser,
     device_peak,
@@ -81,6 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
     if args.warmup < 0:
         fail(f"--warmup: must be 0 or more, got {args.warmup}")
+    check_json(args.json)
     return args
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from {{ cookiecutter.package_name }}.engine import ConfigError, PartialFolder, fail, parse_options
 from {{ cookiecutter.package_name }}.tasks.language_model.config import ExportOptions
 
 DESCRIPTION = "Export a language model checkpoint of train.py as a Hugging Face GPT-2 folder. Defaults with reasons."
@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> float:
     checkpoint = Path(opts.checkpoint)
     folder = Path(opts.output) if opts.output else checkpoint.with_name(f"{checkpoint.stem}-hf")
     try:
-        net, tokenizer = load_checkpoint(opts.checkpoint)
-        diff = export_hf(net, tokenizer, folder)
+        with PartialFolder(folder, "output") as out:  # checked before the checkpoint is read
+            net, tokenizer = load_checkpoint(opts.checkpoint)
+            diff = export_hf(net, tokenizer, out)
     except ConfigError as err:
         fail(str(err))
     except OSError as err:

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)
     import torch
 
-    from {{ cookiecutter.package_name }}.engine import write_text
+    from {{ cookiecutter.package_name }}.engine import commit, discard, open_output
     from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
         fit_new_tokens,
         load_checkpoint,
@@ -28,11 +28,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         sample,
     )
 
+    handle = None
     try:
         if opts.accelerator == "cuda" and not torch.cuda.is_available():
             raise ConfigError("accelerator", "cuda asked for, but no CUDA GPU is visible; use cpu or auto")
-        if opts.output is not None and not Path(opts.output).resolve().parent.is_dir():
-            raise ConfigError("output", f"the folder of {opts.output} does not exist")
+        # opened before the weights load: a folder, a missing or read-only place, another writer answer at once
+        handle = open_output(opts.output, "output") if opts.output is not None else None
         if opts.checkpoint is not None:
             net, tokenizer = load_checkpoint(opts.checkpoint)
         else:
@@ -40,20 +41,30 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
         prompt = prompt_tokens(opts, net, tokenizer)
         opts = fit_new_tokens(opts, net, prompt)
     except ConfigError as err:
+        if handle is not None:
+            discard(handle)
         fail(str(err))
     cuda = opts.accelerator == "cuda" or (opts.accelerator == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
-    samples = sample(net.to(device), prompt, opts, tokenizer.eot, device)
     records: list[dict[str, object]] = []
-    for number, tokens in enumerate(samples, 1):
-        text = tokenizer.decode(tokens)
-        records.append({"prompt": opts.prompt, "text": text, "tokens": tokens})
-        print(f"--- sample {number} ---\n{opts.prompt}{text}", flush=True)
-    if opts.output is not None:
-        write_text(Path(opts.output), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    try:
+        samples = sample(net.to(device), prompt, opts, tokenizer.eot, device)
+        for number, tokens in enumerate(samples, 1):
+            text = tokenizer.decode(tokens)
+            records.append({"prompt": opts.prompt, "text": text, "tokens": tokens})
+            print(f"--- sample {number} ---\n{opts.prompt}{text}", flush=True)
+        if handle is not None:
+            handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            commit(handle, Path(opts.output or ""))
+    except BaseException:  # a stop or a failure: no partial file stays
+        if handle is not None:
+            discard(handle)
+        raise
     return records
 
 
 def cli() -> None:
     """`generate.py`, and the installed `<project>-generate`."""
-    main()
+    from {{ cookiecutter.package_name }}.engine import run_stoppable
+
+    run_stoppable(main, "generate.py", "nothing written")

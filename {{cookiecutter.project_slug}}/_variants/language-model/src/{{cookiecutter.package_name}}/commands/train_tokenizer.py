@@ -12,7 +12,10 @@ from pathlib import Path
 from {{ cookiecutter.package_name }}.engine import (
     ConfigError,
     check_path,
+    commit,
+    discard,
     fail,
+    open_output,
     opt,
     parse_options,
 )
@@ -44,16 +47,26 @@ def main(argv: list[str] | None = None) -> None:
         train_bpe,
     )
 
+    handle = None
     try:
         files = text_files(Path(opts.data_dir))
-        if not Path(opts.output).resolve().parent.is_dir():
-            raise ConfigError("output", f"the folder of {opts.output} does not exist")
-        tokenizer = train_bpe((doc for path in files for doc in documents(path)), opts.vocab_size, Path(opts.output))
+        handle = open_output(opts.output, "output")  # before the training: a place that cannot take it answers now
+        tokenizer = train_bpe((doc for path in files for doc in documents(path)), opts.vocab_size)
+        handle.write(tokenizer.spec)
+        commit(handle, opts.output)
     except ConfigError as err:
+        if handle is not None:
+            discard(handle)
         fail(str(err))
+    except BaseException:
+        if handle is not None:
+            discard(handle)
+        raise
     print(f"{opts.output}: {tokenizer.vocab_size} tokens learnt from {len(files)} files")
 
 
 def cli() -> None:
     """`train_tokenizer.py`, and the installed `<project>-train-tokenizer`."""
-    main()
+    from {{ cookiecutter.package_name }}.engine import run_stoppable
+
+    run_stoppable(main, "train_tokenizer.py", "nothing written")
