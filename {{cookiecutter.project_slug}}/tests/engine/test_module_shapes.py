@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from conftest import ROOT
 from torch import nn
 
 from {{ cookiecutter.package_name }}.engine import Task, main
@@ -136,7 +138,7 @@ def test_a_step_is_a_batch_that_stepped_the_optimizers_for_every_step_flag(
     save = L.Trainer.save_checkpoint
 
     def counted(trainer: L.Trainer, path: Any, *args: Any, **kwargs: Any) -> None:
-        batches = trainer.fit_loop.epoch_loop.batch_progress.total.processed
+        batches = trainer.fit_loop.epoch_loop.batch_progress.total.ready  # this one included
         saves.append((Path(path).name, trainer.global_step, batches))
         save(trainer, path, *args, **kwargs)
 
@@ -208,16 +210,20 @@ def test_a_tasks_ddp_declarations_reach_the_strategy() -> None:
         dataclasses.replace(gan.TASK, lightning_strategy="ddp_find_unused_parameters_true")
 
 
-def test_length_fn_counts_a_batchs_items_in_the_monitor_and_the_bench(tmp_path: Path) -> None:
+def test_length_fn_counts_a_batchs_items_in_the_docs_the_monitor_and_the_bench(tmp_path: Path) -> None:
     """One meaning everywhere: items per batch, as batch_size_fn counts samples per batch. The forecaster reads 6
     values per window: 6 items per sample, in train/device/items_per_sec and bench.py's items/s alike."""
     from {{ cookiecutter.package_name }}.bench import any_task
 
+    documented = inspect.getsource(Task)
+    assert "items per batch" in documented and "items per sample" not in documented
+    assert "items per batch" in (ROOT / "README.md").read_text()
     out = tmp_path / "run"
     main(sequence.TASK, [*LSTM, "--max-steps=4", f"--output-dir={out}"])
     [row] = [r for r in metrics(out) if r.get("train/device/items_per_sec")][-1:]
     assert float(row["train/device/items_per_sec"]) / float(row["train/device/samples_per_sec"]) == pytest.approx(6)
-    bench = [*LSTM, f"--json={tmp_path / 'bench.json'}", "--only=fp32", "--warmup=1", "--steps=2"]
-    [timed] = any_task.main(["--task", sequence.__file__, *bench])["settings"]
+    bench = ["--only=fp32", "--warmup=1", "--steps=2", f"--json={tmp_path / 'bench.json'}"]
+    [timed] = any_task.main(["--task", sequence.__file__, *bench, *LSTM])["settings"]
     assert timed["items_per_s"] == pytest.approx(6 * timed["samples_per_s"])
-    assert timed["flops_per_batch"] > 0, "an LSTM's FLOPs count on the meta device"
+    [timed] = any_task.main(["--task", gan.__file__, *bench, *GAN])["settings"]
+    assert timed["flops_per_batch"] > 0, "a LightningModule of its own, its networks counted on example_input"

@@ -98,8 +98,8 @@ def module_flops(module: nn.Module, example: Any, meta_network: Callable[[], nn.
             raise TypeError(f"example_input gives inputs for {sorted(examples)}, not for {sorted(nets)}")
         flops = 0
         for name, given in examples.items():
-            alone = meta_network is not None and len(nets) == 1
-            flops += network_flops(meta_network() if alone else copy.deepcopy(nets[name]).to("meta"), given)
+            own = meta_network() if meta_network is not None and len(nets) == 1 else None
+            flops += network_flops(own or copy.deepcopy(nets[name]).to("meta"), given)
         return flops
     except Exception as err:  # an op without a meta kernel, a constructor needing real numbers, a mismatch
         names = ", ".join(f"{name} ({type(net).__name__})" for name, net in nets.items()) or "the networks"

@@ -29,10 +29,10 @@ class OneStepPerBatch(_ManualOptimization):
     def _on_before_step(self) -> None:
         if not self._stepped:
             self.optim_step_progress.increment_ready()
-        self.trainer.profiler.start("optimizer_step")
+        self.trainer.profiler.start("optimizer_step")  # type: ignore[attr-defined]
 
     def _on_after_step(self) -> None:
-        self.trainer.profiler.stop("optimizer_step")
+        self.trainer.profiler.stop("optimizer_step")  # type: ignore[attr-defined]
         if not self._stepped:
             self.optim_step_progress.increment_completed()
             self._stepped = True

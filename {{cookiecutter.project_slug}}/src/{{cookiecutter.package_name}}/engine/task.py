@@ -141,6 +141,9 @@ class Task:
         odd = set(self.not_applicable) - set(Config.__dataclass_fields__) | set(self.not_applicable) & set(KEPT)
         if odd:
             raise TypeError(f"Task {self.name!r}: not_applicable {sorted(odd)}: not engine options it may go without")
+        both = set(self.defaults) & set(self.options_not_applied)
+        if both:
+            raise TypeError(f"Task {self.name!r}: defaults {sorted(both)} are for options it declares it goes without")
         if self.find_unused_parameters and self.lightning_strategy:
             raise TypeError(f"Task {self.name!r}: give find_unused_parameters or lightning_strategy, not both")
 
@@ -156,7 +159,7 @@ class Task:
     def build(self, cfg: Config, opts: Any, hw: Hardware, datamodule: L.LightningDataModule) -> L.LightningModule:
         """The task's LightningModule, with the engine's resolved layout on it: what train.py and bench.py run."""
         model = self.build_model(cfg, opts, hw, datamodule)
-        model.engine_networks = self.networks  # type: ignore[assignment]  # EngineModule compiles and counts them
+        model.engine_networks = self.networks  # type: ignore[assignment]  # what networks.py compiles and counts
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
         if cfg.optimizer == "muon":

@@ -76,7 +76,7 @@ class GAN(L.LightningModule):
         )
 
     def forward(self, z: Tensor) -> Tensor:
-        return self.nets.generator(z)
+        return self.nets["generator"](z)
 
     def example_input(self, batch_size: int) -> dict[str, Tensor]:  # for counting FLOPs: one input per network
         return {
@@ -86,21 +86,23 @@ class GAN(L.LightningModule):
 
     def training_step(self, batch: list[Tensor], batch_idx: int) -> None:
         (real,) = batch
-        opt_g, opt_d = self.optimizers()
+        optimizers = self.optimizers()
+        assert isinstance(optimizers, list)
+        opt_g, opt_d = optimizers
         z = torch.randn(real.size(0), self.hparams["latent"], device=self.device, dtype=real.dtype)
         ones, zeros = torch.ones(real.size(0), 1, device=self.device), torch.zeros(real.size(0), 1, device=self.device)
 
         self.toggle_optimizer(opt_g)
-        fake = self.nets.generator(z)
-        g_loss = F.binary_cross_entropy_with_logits(self.nets.discriminator(fake), ones)
+        fake = self.nets["generator"](z)
+        g_loss = F.binary_cross_entropy_with_logits(self.nets["discriminator"](fake), ones)
         self.manual_backward(g_loss)
         opt_g.step()
         opt_g.zero_grad()
         self.untoggle_optimizer(opt_g)
 
         self.toggle_optimizer(opt_d)
-        real_loss = F.binary_cross_entropy_with_logits(self.nets.discriminator(real), ones)
-        fake_loss = F.binary_cross_entropy_with_logits(self.nets.discriminator(fake.detach()), zeros)
+        real_loss = F.binary_cross_entropy_with_logits(self.nets["discriminator"](real), ones)
+        fake_loss = F.binary_cross_entropy_with_logits(self.nets["discriminator"](fake.detach()), zeros)
         d_loss = (real_loss + fake_loss) / 2
         self.manual_backward(d_loss)
         opt_d.step()
@@ -114,7 +116,7 @@ class GAN(L.LightningModule):
         (real,) = batch
         noise = torch.Generator().manual_seed(batch_idx)
         z = torch.randn(real.size(0), self.hparams["latent"], generator=noise).to(self.device, real.dtype)
-        distance = torch.cdist(real, self.nets.generator(z)).min(dim=1).values.mean()
+        distance = torch.cdist(real, self.nets["generator"](z)).min(dim=1).values.mean()
         self.log(f"{stage}/loss", distance, on_epoch=True, sync_dist=True)
 
     def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
@@ -127,8 +129,8 @@ class GAN(L.LightningModule):
         betas = (self.hparams["beta1"], 0.999)
         lr = self.hparams["lr"]
         return [
-            torch.optim.Adam(self.nets.generator.parameters(), lr=lr, betas=betas),
-            torch.optim.Adam(self.nets.discriminator.parameters(), lr=lr, betas=betas),
+            torch.optim.Adam(self.nets["generator"].parameters(), lr=lr, betas=betas),
+            torch.optim.Adam(self.nets["discriminator"].parameters(), lr=lr, betas=betas),
         ]
 
 
