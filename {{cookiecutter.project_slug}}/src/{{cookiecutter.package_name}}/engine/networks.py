@@ -54,17 +54,15 @@ def is_compiled(net: nn.Module) -> bool:
     return getattr(net, "_compiled_call_impl", None) is not None
 
 
-def compile_networks(module: nn.Module, mode: str) -> list[str]:
-    """Compiles each named network in place, once; the names compiled.
+def compile_networks(module: nn.Module, mode: str) -> None:
+    """Compiles each named network in place, once.
 
     dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by default
     dynamo answers a new size by making the batch dimension symbolic, also in the training graph compiled after it,
     which then loses its static-shape kernels. Instead each size gets its own graph."""
-    nets = named_networks(module)
-    for net in nets.values():
+    for net in named_networks(module).values():
         if not is_compiled(net):
             net.compile(mode=mode, dynamic=False)
-    return list(nets)
 
 
 class CompileNetworks(Callback):
@@ -122,13 +120,11 @@ def check_module(task: Task, model: L.LightningModule, cfg: Config, hw: Hardware
     """The built module against the run's options, before a Trainer exists: the hardware as it applies to this
     module, and the promise broken (for a `warning: ` line). ConfigError for a flag that Lightning would refuse with a
     traceback once the model is set up."""
-    if not model.automatic_optimization:
-        given = {
-            "gradient_clip_val": cfg.gradient_clip_val > 0,
-            "accumulate_grad_batches": cfg.accumulate_grad_batches > 1,
-        }
-        for name in (name for name, on in given.items() if on):
-            raise ConfigError(name, f"{type(model).__name__}: {MANUAL}; declare Task(manual_optimization=True)")
+    # Lightning refuses these for a module that steps its own optimizers, in 30 lines once the model is set up
+    flags = {"gradient_clip_val": cfg.gradient_clip_val > 0, "accumulate_grad_batches": cfg.accumulate_grad_batches > 1}
+    given = [name for name, on in flags.items() if on]
+    if given and not model.automatic_optimization:
+        raise ConfigError(given[0], f"{type(model).__name__}: {MANUAL}; declare Task(manual_optimization=True)")
     if not hw.compile:
         return hw, []
     try:
