@@ -228,3 +228,20 @@ def test_length_fn_counts_a_batchs_items_in_the_docs_the_monitor_and_the_bench(t
     assert timed["items_per_s"] == pytest.approx(6 * timed["samples_per_s"])
     [timed] = any_task.main(["--task", gan.__file__, *bench, *GAN])["settings"]
     assert timed["flops_per_batch"] > 0, "a LightningModule of its own, its networks counted on example_input"
+
+
+def test_flops_that_cannot_be_counted_are_said_in_a_note_and_counted_as_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """0 is what the throughput monitor takes as "not counted": it then logs no FLOP rate or MFU at all
+    (test_monitors.py), rather than a 0.0 that reads as a measurement."""
+    from {{ cookiecutter.package_name }}.engine import batch_flops
+
+    module = gan.GAN(latent=4, hidden=8, lr=1e-3, beta1=0.5)
+    module.engine_networks = gan.TASK.networks  # type: ignore[assignment]  # as Task.build puts them
+    assert batch_flops(module, 16) > 0, "both networks, each on its own input"
+    module.engine_networks = ("nets.generator",)  # type: ignore[assignment]  # example_input names one more
+    assert batch_flops(module, 16) == 0
+    [said] = capsys.readouterr().out.splitlines()
+    assert said.startswith("note: FLOPs of nets.generator (Sequential) cannot be counted on the meta device (TypeError")
+    assert said.endswith("; no MFU logged")
