@@ -130,7 +130,9 @@ class TokenModel(L.LightningModule):
         return torch.utils.data.DataLoader(data, batch_size=8)
 
 
-def test_a_tasks_items_per_sample_are_logged_as_items_per_second(tmp_path: Path) -> None:
+def test_a_batchs_items_are_logged_as_items_per_second_and_flops_not_counted_are_not_logged(tmp_path: Path) -> None:
+    """length_fn counts a batch's items, as batch_size_fn its samples. A module whose FLOPs are not counted (no
+    example_input) gets no flops_per_sec at all: a 0.0 there would read as a measurement."""
     from {{ cookiecutter.package_name }}.engine.monitors import (
         LogStepThroughputMonitor,
     )
@@ -153,6 +155,7 @@ def test_a_tasks_items_per_sample_are_logged_as_items_per_second(tmp_path: Path)
     assert logged["train/samples"] == 64 and logged["train/lengths"] == 64 * 12
     per_device = logged["train/device/items_per_sec"] / logged["train/device/samples_per_sec"]
     assert per_device == pytest.approx(12, rel=1e-6)
+    assert not [key for key in logged if "flops" in key or "mfu" in key], logged
 
 
 def test_a_log_file_gets_the_hardware_first_plain_progress_lines_and_epoch_summaries(

@@ -65,12 +65,14 @@ def test_a_task_that_declares_no_layout_has_no_channels_last_flag_key_or_word(my
     assert done.stdout.startswith("hardware: cpu x1 | precision=32-true compile=False pin_memory=False")
     assert "channels_last" not in saved_options(out), "config.yaml holds only options the task has"
     refused = run_toy(my_task, *PLAIN, "--channels-last", f"--output-dir={tmp_path / 'never'}")
-    assert (refused.returncode, refused.stderr.strip()) == (2, "error: unrecognized arguments: --channels-last")
+    layout = "the task declares no layout (Task.channels_last)"
+    want = f"error: --channels-last: not an option of this task: {layout}"
+    assert (refused.returncode, refused.stderr.strip()) == (2, want)
     config = tmp_path / "nhwc.yaml"
     config.write_text("channels_last: true\n")
     refused = run_toy(my_task, *PLAIN, f"--config={config}", f"--output-dir={tmp_path / 'never'}")
     assert refused.returncode == 2
-    want = f"error: --config: key 'channels_last' in {config} is not an option of this task; delete the line"
+    want = f"error: --config: key 'channels_last' in {config} is not an option of this task ({layout}); delete the line"
     assert refused.stderr.strip() == want
     assert not (tmp_path / "never").exists()
 

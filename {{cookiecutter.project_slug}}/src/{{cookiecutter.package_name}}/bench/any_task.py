@@ -22,7 +22,17 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from ..engine import Config, ConfigError, Hardware, OneLineParser, Task, fail, parse_run
+from ..engine import (
+    Config,
+    ConfigError,
+    Hardware,
+    OneLineParser,
+    Task,
+    batch_flops,
+    check_module,
+    fail,
+    parse_run,
+)
 from .harness import Setting, Spec, peak_flops, prepare, quiet_trainers, time_fit
 from .report import check_json, repeat_lines, task_header, task_results, task_row, write_json
 from .task_module import load_task
@@ -98,7 +108,7 @@ def matrix(task: Task, cfg: Config) -> tuple[list[Setting], Setting, str]:
 
 
 def _resolve(cfg: Config, task: Task) -> Hardware:
-    return prepare(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last)
+    return prepare(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last, compile_off=task.compile_off)
 
 
 def device_batches(data: Any, task: Task, device: str, count: int) -> list[Any]:
@@ -139,7 +149,8 @@ def measure_row(task: Task, cfg: Config, opts: Any, setting: Setting, warmup: in
     if task.resolve is not None:
         hw = dataclasses.replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
     data = task.build_data(cfg, opts, hw)
-    model = task.build_model(cfg, opts, hw, data)
+    model = task.build(cfg, opts, hw, data)  # as train.py builds it: its layout, its networks
+    hw = check_module(task, model, cfg, hw)[0]
     batches = device_batches(data, task, hw.accelerator, 4)
     # The Trainer asks the instance for its loader: these batches, and the DataModule's hooks after the copy
     data.train_dataloader = lambda: Cycled(batches, warmup + steps)  # type: ignore[method-assign]
@@ -147,8 +158,9 @@ def measure_row(task: Task, cfg: Config, opts: Any, setting: Setting, warmup: in
     spec = Spec(device=hw.accelerator, batch_size=samples, warmup=warmup, steps=steps)
     with contextlib.redirect_stdout(io.StringIO()):  # the table, not the run's own lines (epoch done, notes)
         timing = time_fit(spec, cfg, hw, model, data, task)
+    # length_fn counts a batch's items, batch_size_fn its samples: items/s from samples/s
     items = task.length_fn(batches[0]) / samples * timing.samples_per_s if task.length_fn else None
-    flops = getattr(model, "flops_per_batch", 0) or 0  # EngineModule counts them in setup, for the monitor's MFU
+    flops = batch_flops(model, data.hparams.get("batch_size"))  # what the throughput monitor counts, for MFU
     return {
         "name": setting.name,
         **dataclasses.asdict(setting),

@@ -133,10 +133,11 @@ def quiet_trainers() -> Iterator[None]:
         lightning_log.setLevel(level)
 
 
-def prepare(cfg: Config, fsdp2: bool = False, channels_last: bool = True) -> Hardware:
+def prepare(cfg: Config, fsdp2: bool = False, channels_last: bool = True, compile_off: str | None = None) -> Hardware:
     """The hardware of one timed run, its backend flags set, nothing left over from the run before. `fsdp2`,
-    `channels_last`: the task's FSDP flavour and whether it declares a layout (Task.fsdp2, Task.channels_last)."""
-    hw = resolve_hardware(cfg, fsdp2=fsdp2, channels_last=channels_last)
+    `channels_last`, `compile_off`: the task's FSDP flavour, whether it declares a layout, and why it is never
+    compiled (Task.fsdp2, Task.channels_last, Task.compile_off)."""
+    hw = resolve_hardware(cfg, fsdp2=fsdp2, channels_last=channels_last, compile_off=compile_off)
     apply_backend_flags(cfg)
     torch.compiler.reset()  # every setting compiles from scratch, not on top of the last one's guards
     if hw.accelerator == "cuda":

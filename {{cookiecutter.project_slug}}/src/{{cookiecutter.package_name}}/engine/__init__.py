@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from .loaders import eval_loader, train_loader
     from .module import EngineModule, clean_name, no_decay_names, run_hparams, warmup_cosine
     from .monitors import HALF
+    from .networks import batch_flops, check_module
     from .peaks import HALF_PRECISIONS, device_peak, peak_flops
     from .promises import RunPromises
     from .signals import run_stoppable
@@ -65,6 +66,8 @@ _HEAVY = {
     "run_hparams": ("module", "run_hparams"),
     "warmup_cosine": ("module", "warmup_cosine"),
     "HALF": ("monitors", "HALF"),
+    "batch_flops": ("networks", "batch_flops"),
+    "check_module": ("networks", "check_module"),
     "HALF_PRECISIONS": ("peaks", "HALF_PRECISIONS"),
     "device_peak": ("peaks", "device_peak"),
     "peak_flops": ("peaks", "peak_flops"),
@@ -101,10 +104,12 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "TaskConformance",
     "TaskDefault",
     "apply_backend_flags",
+    "batch_flops",
     "build_trainer",
     "check_checkpoint",
     "check_choices",
     "check_enough_data",
+    "check_module",
     "check_output",
     "check_path",
     "check_place",

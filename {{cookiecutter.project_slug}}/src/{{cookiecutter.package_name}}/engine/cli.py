@@ -72,6 +72,17 @@ def converter(annotation: Any) -> Callable[[str], Any]:
     return convert
 
 
+class Refused(argparse.Action):
+    """The flag of an option the task does not have: off --help, and refused in one line with the reason."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, reason: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.reason = reason
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        fail(f"{option}: not an option of this task: {self.reason}")
+
+
 def build_parser(
     *schemas: type,
     prog: str,
@@ -80,12 +91,19 @@ def build_parser(
     hidden: Collection[str] = (),
 ) -> argparse.ArgumentParser:
     """Flags for each field of the dataclasses `schemas` (train.py: Config and the task's options), but the `hidden`
-    ones (options this task does not have); `defaults` replace the fields' own (a Task's, each a value or a
-    `TaskDefault` with its reason) and say so in --help."""
+    ones (options this task does not have: left out of --help, and refused if given, with the reason where `hidden`
+    maps each to one); `defaults` replace the fields' own (a Task's, each a value or a `TaskDefault` with its reason)
+    and say so in --help."""
     defaults = defaults or {}
     parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (keys as the flags, with _)")
     hints = {k: v for schema in schemas for k, v in typing.get_type_hints(schema).items()}
+    for name in hidden:
+        flag = "--" + name.replace("_", "-")
+        boolean = hints.get(name) is bool or bool in typing.get_args(hints.get(name))
+        flags = [flag, flag.replace("--", "--no-", 1)] if boolean else [flag]
+        refused = dict(dest=f"refused_{name}", nargs="?", action=Refused, help=argparse.SUPPRESS)
+        parser.add_argument(*flags, **refused, reason=why_hidden(hidden, name))  # type: ignore[arg-type]
     for f in (f for schema in schemas for f in dataclasses.fields(schema) if f.name not in hidden):
         if f.metadata["positional"]:  # e.g. predict.py's INPUT...: one or more values
             parser.add_argument(f.name, nargs="+", metavar=f.name.upper().rstrip("S"), help=f.metadata["help"])
@@ -136,7 +154,8 @@ def load_yaml(path: str, *schemas: type, hidden: Collection[str] = ()) -> dict[s
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name in hidden:
-            fail(f"--config: key {key!r} in {path} is not an option of this task; delete the line")
+            why = why_hidden(hidden, name)
+            fail(f"--config: key {key!r} in {path} is not an option of this task ({why}); delete the line")
         if name not in hints:
             fail(f"--config: unknown key {key!r} in {path}; valid keys: {', '.join(hints)}")
         if isinstance(value, list) and hints[name] is str:  # a comma-separated option (betas, devices) as a list
@@ -177,9 +196,13 @@ def parse_options(argv: Sequence[str] | None, schema: type[T], prog: str, descri
         fail(str(err))
 
 
-def engine_options_hidden(task: Task) -> tuple[str, ...]:
-    """The engine's options a task does not have: the layout, unless it declares one."""
-    return () if task.channels_last else ("channels_last",)
+def engine_options_hidden(task: Task) -> dict[str, str]:
+    """The engine's options a task does not have, each with why (`Task.options_not_applied`)."""
+    return task.options_not_applied
+
+
+def why_hidden(hidden: Collection[str], name: str) -> str:
+    return hidden[name] if isinstance(hidden, Mapping) else "it has no such option"
 
 
 def _parse(
@@ -196,6 +219,8 @@ def _parse(
         parser.set_defaults(**load_yaml(config_file, *schemas, hidden=hidden))
     args = vars(parser.parse_intermixed_args(argv))  # INPUT... may come before, between and after flags
     args.pop("config")
+    for name in hidden:
+        args.pop(f"refused_{name}")
     return args
 
 

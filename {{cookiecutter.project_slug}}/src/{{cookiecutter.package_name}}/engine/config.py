@@ -90,7 +90,7 @@ class Config:
     muon_lr: float = opt(MUON_LR, "--optimizer muon: Muon's peak rate, scaled up for matrices taller than wide")
     warmup_fraction: float = opt(0.05, "share of all steps spent warming up linearly before the cosine decay")
     max_epochs: int = opt(10, "epochs to train")
-    max_steps: int = opt(-1, "stop after this many optimizer steps; -1 = no limit")
+    max_steps: int = opt(-1, "stop after this many steps (batches that stepped the optimizers); -1 = no limit")
     accumulate_grad_batches: int = opt(1, "batches per optimizer step: a larger batch without more memory")
     gradient_clip_val: float = opt(0.0, "clip the gradient norm to this; 0 = off")
     seed: int = opt(42, "seeds Python, NumPy, torch and the loader workers")
@@ -117,7 +117,7 @@ class Config:
     )
     async_save: bool = opt(False, "sharded: training waits only for a copy to host memory; the write goes on behind")
     val_every: int | None = opt(
-        None, "validate every this many optimizer steps, counted across epochs; unset = at each epoch's end"
+        None, "validate every this many steps (batches that stepped the optimizers), across epochs; unset = epoch end"
     )
     val_batches: int | None = opt(None, "batches per validation (the same first ones each time); unset = all")
     fast_dev_run: bool = opt(False, "one batch of train, val and test to check the wiring")

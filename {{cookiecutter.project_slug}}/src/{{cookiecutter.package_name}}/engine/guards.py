@@ -40,7 +40,8 @@ class FiniteLossGuard(Callback):
 
     Each step only updates a flag on the device. The flag is read every `every_n_steps` steps (pass the logging
     interval: logging waits for the GPU then anyway) and before every checkpoint, so ordinary steps get no extra
-    GPU-to-CPU synchronisation.
+    GPU-to-CPU synchronisation. A training_step that returns no loss (a manual-optimization GAN's returns nothing,
+    and Lightning hands callbacks `{}`) leaves the weights check of every save to guard its run.
     """
 
     def __init__(self, every_n_steps: int) -> None:
@@ -50,8 +51,8 @@ class FiniteLossGuard(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
-        if loss is None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if not isinstance(loss, torch.Tensor):
             return
         if self._first_bad is None:
             self._first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)

@@ -30,10 +30,13 @@ class Hardware:
     device_name: str
     # the task's own device choices (the image task's --decode), printed with the rest
     choices: dict[str, str] = field(default_factory=dict)
+    # why nothing is compiled for this task, whatever was asked (Task.compile_off, or a module without networks)
+    compile_off: str | None = None
 
     def summary(self) -> str:
+        compiled = f"off ({self.compile_off})" if self.compile_off else self.compile
         return (
-            f"hardware: {self.device_name} x{self.world_size} | precision={self.precision} compile={self.compile} "
+            f"hardware: {self.device_name} x{self.world_size} | precision={self.precision} compile={compiled} "
             + ("" if self.channels_last is None else f"channels_last={self.channels_last} ")
             + f"pin_memory={self.pin_memory} workers/device={self.num_workers} "
             + "".join(f"{key}={value} " for key, value in self.choices.items())
@@ -126,9 +129,10 @@ def _channels_last(cfg: Config, accelerator: str, precision: str) -> bool:
     return accelerator == "cuda" or (accelerator == "cpu" and precision.startswith("bf16") and native_bf16())
 
 
-def resolve(cfg: Config, fsdp2: bool = False, channels_last: bool = False) -> Hardware:
+def resolve(cfg: Config, fsdp2: bool = False, channels_last: bool = False, compile_off: str | None = None) -> Hardware:
     """`fsdp2`: the task shards with FSDP2 (`Task.fsdp2`), which runs on CPUs too and has two sharding modes.
-    `channels_last`: the task declares the layout (`Task.channels_last`); otherwise it is neither chosen nor printed."""
+    `channels_last`: the task declares the layout (`Task.channels_last`); otherwise it is neither chosen nor printed.
+    `compile_off`: why the task is never compiled (`Task.compile_off`)."""
     accelerator = _accelerator(cfg)
     devices, local = _local_devices(cfg, accelerator)
     world_size = local * cfg.num_nodes
@@ -145,7 +149,7 @@ def resolve(cfg: Config, fsdp2: bool = False, channels_last: bool = False) -> Ha
         world_size=world_size,
         precision=precision,
         # Compiling costs ~1 min on GPU and pays back within an epoch; on CPU it rarely pays back, so opt-in there.
-        compile=cfg.compile if cfg.compile is not None else accelerator == "cuda",
+        compile=not compile_off and (cfg.compile if cfg.compile is not None else accelerator == "cuda"),
         channels_last=_channels_last(cfg, accelerator, precision) if channels_last else None,
         # Pinned host memory makes the host-to-device copy asynchronous; pointless without a CUDA device.
         pin_memory=accelerator == "cuda",
@@ -156,6 +160,7 @@ def resolve(cfg: Config, fsdp2: bool = False, channels_last: bool = False) -> Ha
         # Fixed input shapes (drop_last, square images) let cuDNN autotune once; determinism forbids autotuning.
         cudnn_benchmark=accelerator == "cuda" and not cfg.deterministic,
         device_name=torch.cuda.get_device_name() if accelerator == "cuda" else accelerator,
+        compile_off=compile_off,
     )
 
 

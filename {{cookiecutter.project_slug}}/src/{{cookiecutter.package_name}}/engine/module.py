@@ -2,7 +2,8 @@
 
 A subclass builds its network as `self.net`, saves the options of `run_hparams(cfg, hw)` among its hparams, and
 writes one `shared_step(batch, stage)` that returns the loss: training, validation and test all run it. It then gets:
-- torch.compile of `self.net` (not of the LightningModule, so self.log, hooks and DDP stay in eager Python);
+- torch.compile of `self.net`, or of the networks its Task names (not of the LightningModule, so self.log, hooks and
+  DDP stay in eager Python);
 - AdamW, fused where Lightning can still clip its gradients, with decay kept off norms, biases and embeddings;
   the names are recorded before FSDP turns every parameter into a flat 1-D shard; or, with `--optimizer muon`, Muon
   for the 2-D hidden weights and AdamW for the rest (optimizers.py);
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import LRSchedulerTypeUnion
@@ -28,9 +28,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torchmetrics import Metric
 
-from .cli import note
 from .config import Config, parse_betas
 from .hardware import Hardware
+from .networks import compile_networks, module_flops
 from .optimizers import MuonWithAdamW, muon_names, split_for_muon
 
 # FSDP and activation checkpointing insert these into parameter names; our names are recorded before wrapping.
@@ -76,11 +76,6 @@ def warmup_cosine(total: int, warmup: int) -> Callable[[int], float]:
     return multiplier
 
 
-def count_flops(net: nn.Module, example: Tensor) -> int:
-    """Forward and backward FLOPs of `net` on `example`, both on the meta device: nothing allocated or computed."""
-    return measure_flops(net, lambda: net(example), lambda out: out.sum())
-
-
 def to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """A forward pre-hook: 4-D floating inputs in NHWC, whatever layout the loader or a transform left them in (a
     no-op for those already in it)."""
@@ -118,8 +113,9 @@ class EngineModule(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self.shared_step(batch, "test")
 
-    def example_input(self, batch_size: int) -> Tensor | None:
-        """One batch of `self.net`'s input, for counting FLOPs (a meta tensor will do); None: no MFU."""
+    def example_input(self, batch_size: int) -> Tensor | Mapping[str, Any] | None:
+        """One batch of `self.net`'s input, for counting FLOPs (a meta tensor will do), or of each network the Task
+        names, by name; None: no MFU."""
         return None
 
     def meta_network(self) -> nn.Module:
@@ -134,15 +130,9 @@ class EngineModule(L.LightningModule):
             self.flops_per_batch = self.count_flops(batch_size)
 
     def count_flops(self, batch_size: int) -> int:
+        """FLOPs per training batch of the Task's networks (`self.net` unless it names others), on `example_input`."""
         example = self.example_input(batch_size)
-        if example is None:
-            return 0
-        try:
-            return count_flops(self.meta_network(), example.to("meta"))
-        except Exception as err:  # an op without a meta kernel, a constructor needing real numbers
-            name = type(self.net).__name__
-            note(f"FLOPs of {name} cannot be counted on the meta device ({type(err).__name__}); no MFU logged")
-            return 0
+        return 0 if example is None else module_flops(self, example, self.meta_network)
 
     def recorded_no_decay(self) -> set[str]:
         """The no-decay names under self.net, recorded on first use: configure_model uses it before FSDP wraps."""
@@ -158,12 +148,8 @@ class EngineModule(L.LightningModule):
         parallelize = getattr(strategy, "parallelize", None)
         if parallelize is not None:  # FSDP2 (sharding.FullyShard): the blocks are sharded before they are compiled
             parallelize(self.net)
-        if self.hparams.get("compile") and not getattr(self.net, "_compiled_call_impl", None):
-            # dynamic=False: training batches share one size (drop_last) but evaluation's last batch is smaller, and by
-            # default dynamo answers a new size by making the batch dimension symbolic, also in the training graph
-            # compiled after it, which then loses its static-shape kernels. Instead each size gets its own graph.
-            # nn.Module.compile() works in place and keeps state_dict keys free of the `_orig_mod.` prefix.
-            self.net.compile(mode=self.hparams.get("compile_mode", "default"), dynamic=False)
+        if self.hparams.get("compile"):  # the Task's networks, each in place (networks.py)
+            compile_networks(self, self.hparams.get("compile_mode", "default"))
 
     def _use_channels_last(self, fsdp1: bool) -> None:
         # FSDP1 (use_orig_params) gives a channels_last weight a contiguous gradient, which CUDA's fused AdamW refuses
@@ -253,3 +239,9 @@ class EngineModule(L.LightningModule):
     def _current_loss_scale(self) -> float | None:
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
         return scaler.get_scale() if scaler is not None and scaler.is_enabled() else None
+
+
+def engine_built_optimizer(module: nn.Module) -> bool:
+    """Whether the engine built the module's optimizer (EngineModule's configure_optimizers), not the team: only then
+    may a resume rewrite its saved state, or --optimizer choose it."""
+    return isinstance(module, EngineModule) and type(module).configure_optimizers is EngineModule.configure_optimizers

@@ -21,6 +21,7 @@ from lightning.fabric.utilities.throughput import Throughput
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 
 from .cli import note
+from .networks import batch_flops
 from .peaks import device_peak
 
 HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -29,14 +30,16 @@ HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 class LogStepThroughputMonitor(L.Callback):
     """Lightning's throughput meter timed on logging steps only: logs what ThroughputMonitor logs (train/time,
     train/device/samples_per_sec, train/device/mfu, ...), each rate over the steps since the previous logging step.
-    MFU needs the LightningModule's `flops_per_batch` and a GPU in the table of peaks.py, named in a note at the start.
-    `length_fn`: items per batch (tokens), which adds train/items_per_sec."""
+    MFU needs the FLOPs of a batch (networks.batch_flops) and a GPU in the table of peaks.py, named in a note at the
+    start; where either is missing, no FLOPs or MFU are logged at all, rather than a 0.
+    `length_fn`: items per batch (its tokens), as `batch_size_fn` counts samples per batch: train/items_per_sec."""
 
     def __init__(
         self, batch_size_fn: Callable[[Any], int], every_n_steps: int, length_fn: Callable[[Any], int] | None = None
     ) -> None:
         self.batch_size_fn, self.length_fn, self.every_n_steps = batch_size_fn, length_fn, every_n_steps
         self.meter: Throughput | None = None
+        self.flops_per_batch = 0  # 0: not counted
         self.samples = self.items = self.batches = self.batches_at_log = self.logged_step = 0
         self.last_batch_end = 0.0
         self.started = self.paused = self.validation_started = 0.0
@@ -44,7 +47,9 @@ class LogStepThroughputMonitor(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         found = device_peak(trainer.strategy.root_device, str(trainer.precision))
         peak = found[0] if found else None
-        counted = bool(getattr(pl_module, "flops_per_batch", 0))
+        batch_size = getattr(getattr(trainer, "datamodule", None), "hparams", {}).get("batch_size")
+        self.flops_per_batch = 0 if getattr(trainer, "fast_dev_run", False) else batch_flops(pl_module, batch_size)
+        counted = bool(self.flops_per_batch)
         if trainer.is_global_zero and counted:
             said = f"of {found[1]} (engine/peaks.py)" if found else "unknown for this device: no MFU logged"
             note(f"MFU: the peak {said}")
@@ -70,7 +75,7 @@ class LogStepThroughputMonitor(L.Callback):
             return
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize()  # the clock is right only once the GPU has done what was queued
-        flops = getattr(pl_module, "flops_per_batch", 0) * (self.batches - self.batches_at_log)
+        flops = self.flops_per_batch * (self.batches - self.batches_at_log) if self.flops_per_batch else None
         elapsed = time.perf_counter() - self.started - self.paused
         lengths = self.items if self.length_fn else None
         self.meter.update(time=elapsed, batches=self.batches, samples=self.samples, lengths=lengths, flops=flops)

@@ -66,13 +66,11 @@ def muon_names(net: nn.Module, no_decay: set[str]) -> set[str]:
 def check_muon(module: Any) -> None:
     """--optimizer muon is refused in one line where it cannot work, before anything is written."""
     from .config import ConfigError
-    from .module import EngineModule, no_decay_names
+    from .module import engine_built_optimizer, no_decay_names
 
     if not hasattr(torch.optim, "Muon"):
         raise ConfigError("optimizer", f"muon needs torch 2.9 or newer (torch.optim.Muon); this is {torch.__version__}")
-    if not isinstance(module, EngineModule) or type(module).configure_optimizers is not (
-        EngineModule.configure_optimizers
-    ):
+    if not engine_built_optimizer(module):
         name = type(module).__name__
         raise ConfigError("optimizer", f"muon is EngineModule's optimizer, and {name} builds its own; use adamw")
     if not muon_names(module.net, no_decay_names(module.net)):

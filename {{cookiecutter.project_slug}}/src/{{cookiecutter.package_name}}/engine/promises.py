@@ -6,7 +6,8 @@ watches the first training steps for three such breaks and names each once, on g
   device after every step (monitors.py explains why that costs speed);
 - a task that declares channels_last whose network is not channels_last where it counts: a 4-D weight, or the 4-D
   input that reaches the network or one of its convolutions;
-- with --compile, torch.compile compiling the network again after the first training step of the process.
+- with --compile, torch.compile compiling the network again after the first training step of the process, or
+  dynamo capturing no graph at all of the networks by then (an LSTM: nothing runs compiled, whatever was asked).
 `engine.testing.TaskConformance` fails a task on these lines.
 """
 
@@ -20,6 +21,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
+
+from .networks import is_compiled, named_networks
 
 # Training batches of a process that may compile: the first builds the training graph. Evaluation batches compile
 # graphs of their own (eval mode, no_grad, a smaller last batch) and are not watched.
@@ -78,8 +81,9 @@ class RunPromises(Callback):
         self.channels_last = False
         self.warned: set[str] = set()
         self.batches = 0
-        self.compiled = False
+        self.compiled: list[str] = []  # the networks compiled, by name
         self.graphs = 0
+        self.graphs_before: int | None = None  # dynamo's graphs in the process before the first fit began
         self.failures: dict[Any, int] = {}
         self.hooks: list[Any] = []
         self.found: list[str] = []
@@ -89,11 +93,17 @@ class RunPromises(Callback):
             self.warned.add(promise)
             warn(trainer, f"{promise}: {message}")
 
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.graphs_before is None:  # the first fit: --auto-batch-size's search compiles in fits of its own
+            self.graphs_before = compiled_graphs()
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.batches = 0
         self.channels_last = bool(getattr(pl_module, "channels_last", False))
-        net = getattr(pl_module, "net", None)
-        self.compiled = getattr(net, "_compiled_call_impl", None) is not None
+        try:
+            self.compiled = [name for name, net in named_networks(pl_module).items() if is_compiled(net)]
+        except TypeError:  # a module whose networks are not there: nothing compiled (networks.check_module)
+            self.compiled = []
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
         if self.compiled:
@@ -133,6 +143,15 @@ class RunPromises(Callback):
                 f"{', '.join(synced)} is logged with prog_bar=True on every step, so the CPU waits for the device "
                 "after each step to show it; drop prog_bar=True (the engine's progress bar shows train/loss on "
                 "logging steps)",
+            )
+        if self.compiled and self.batches == WARMUP_BATCHES and compiled_graphs() == self.graphs_before:
+            self.once(
+                trainer,
+                "compile",
+                f"--compile: dynamo captured no graph of {', '.join(self.compiled)} in the first training step, so "
+                "nothing runs compiled (compile=off in effect): it leaves what it cannot trace (an RNN, a "
+                "data-dependent branch) to eager PyTorch. Declare Task(compile_off=<why>), or name networks it can "
+                "trace in Task(networks=...)",
             )
         if self.compiled and self.batches > WARMUP_BATCHES and compiled_graphs() > self.graphs:
             reason = last_recompile_reason(self.failures)

@@ -18,7 +18,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from .config import Config, ConfigError, parse_betas
-from .module import EngineModule
+from .module import EngineModule, engine_built_optimizer
 from .task import AFRESH, RECORD, SCHEDULE, Task, saved_record
 
 # What a change would silently alter, were it accepted. A task's options are refused too unless it says otherwise.
@@ -38,6 +38,12 @@ HONOURED = {
     "warmup_fraction": SCHEDULE,
     "ema_decay": "the average continues with it from the current step",
 }
+# What EngineModule's optimizer and schedule are made of. A module that builds its own optimizers (its own
+# configure_optimizers) uses none of them as the engine would: its saved state comes back exactly as saved
+ENGINE_OPTIMIZER = ("lr", "weight_decay", "muon_lr", "betas", "warmup_fraction")
+# The run's length, which EngineModule's schedule follows, and a module's own schedulers may not
+LENGTH = ("max_epochs", "max_steps")
+OWN_LENGTH = "the run goes on to it; the module's own schedulers go on from their saved state"
 # Honoured while their product, the global batch, stays the same: the schedule and the epoch are counted in its steps
 GLOBAL_BATCH = ("batch_size", "accumulate_grad_batches", "devices", "num_nodes")
 # Checked on its own: not searched again
@@ -116,9 +122,30 @@ def check_changes(checkpoint: dict[str, Any], cfg: Config, opts: Any, task: Task
     notes = [
         f"{as_flag(name, new[name])} instead of the checkpoint's {old[name]}: {why}"
         for name, why in {**HONOURED, **task.honoured_on_resume}.items()
-        if old.get(name, new[name]) != new[name]
+        if old.get(name, new[name]) != new[name] and name not in (*ENGINE_OPTIMIZER, *LENGTH)
     ]
     return notes + check_global_batch(old, cfg, world_size)
+
+
+def optimizer_changes(checkpoint: dict[str, Any], cfg: Config, model: L.LightningModule) -> list[str]:
+    """Once the module is built, the changed options of ENGINE_OPTIMIZER and LENGTH: honoured for the engine's
+    optimizer and schedule; for a module's own, whose param groups and schedulers come back as saved, said to be
+    ignored (the length is honoured, as the run's)."""
+    new = dataclasses.asdict(cfg)
+    old = recorded_options(checkpoint, new)
+    mine = [name for name in HONOURED if name in (*ENGINE_OPTIMIZER, *LENGTH)]
+    changed = [name for name in mine if old.get(name, new[name]) != new[name]]
+    if engine_built_optimizer(model):
+        said = [f"instead of the checkpoint's {old[name]}: {HONOURED[name]}" for name in changed]
+    else:
+        own = f"{type(model).__name__} builds its own optimizers, whose saved state comes back as it was saved"
+        said = [
+            f"instead of the checkpoint's {old[name]}: {OWN_LENGTH}"
+            if name in LENGTH
+            else f"is ignored (the checkpoint's was {old[name]}): {own}"
+            for name in changed
+        ]
+    return [f"{as_flag(name, new[name])} {words}" for name, words in zip(changed, said, strict=True)]
 
 
 def check_global_batch(old: dict[str, Any], cfg: Config, world_size: int) -> list[str]:
@@ -171,7 +198,8 @@ class RunRecord(Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._move_position(checkpoint, recorded_options(checkpoint))
-        self._rescale_optimizer(checkpoint, trainer, pl_module)
+        if engine_built_optimizer(pl_module):  # a module's own optimizers are its own: restored as saved
+            self._rescale_optimizer(checkpoint, trainer, pl_module)
 
     def _move_position(self, checkpoint: dict[str, Any], old: dict[str, Any]) -> None:
         """The loader's place, counted in old batches, as new ones: the epoch's order is one permutation for all
@@ -193,25 +221,25 @@ class RunRecord(Callback):
             current[key] = max(0, value + moved - done)
 
     def _rescale_optimizer(self, checkpoint: dict[str, Any], trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The saved optimizer and scheduler states hold the old peak rate, weight decay and betas; this run's replace
-        them (betas only for an EngineModule's AdamW: a module of a team's own chose its optimizer's).
+        """The saved state of EngineModule's optimizer and schedule holds the old peak rate, weight decay and betas;
+        this run's replace them.
 
         The schedule's multipliers are functions, which are not saved: they are already this run's. A sharded FSDP2
         checkpoint has no optimizer_states: Lightning loaded them into the optimizers already, so those change."""
         states = checkpoint.get("optimizer_states") or [{"param_groups": o.param_groups} for o in trainer.optimizers]
         if not states:  # a test: no optimizer
             return
-        muon, adamw = pl_module.optimizer_groups() if isinstance(pl_module, EngineModule) else ([], None)
-        ours = muon + adamw if adamw is not None else None
-        for optimizer, scheduler in zip(states, checkpoint["lr_schedulers"], strict=True):
-            # --optimizer muon: Muon's groups come first, and peak at --muon-lr
-            peaks = [self.cfg.muon_lr] * len(muon) + [self.cfg.lr] * (len(optimizer["param_groups"]) - len(muon))
-            scale = [peak / base for peak, base in zip(peaks, scheduler["base_lrs"], strict=True)]
-            for i, (group, factor, peak) in enumerate(zip(optimizer["param_groups"], scale, peaks, strict=True)):
-                # an EngineModule says which groups decay; otherwise those that decayed get the new value
-                decay = ours[i]["weight_decay"] if ours else self.cfg.weight_decay if group["weight_decay"] else 0.0
-                group.update(lr=group["lr"] * factor, initial_lr=peak, weight_decay=decay)
-                if ours and i >= len(muon):
-                    group["betas"] = parse_betas(self.cfg.betas)
-            scheduler["_last_lr"] = [lr * factor for lr, factor in zip(scheduler["_last_lr"], scale, strict=True)]
-            scheduler["base_lrs"] = peaks
+        assert isinstance(pl_module, EngineModule)
+        muon, adamw = pl_module.optimizer_groups()
+        ours = muon + adamw  # which groups decay
+        # one AdamW (or MuonWithAdamW) and its LambdaLR: EngineModule.configure_optimizers
+        [optimizer], [scheduler] = states, checkpoint["lr_schedulers"]
+        # --optimizer muon: Muon's groups come first, and peak at --muon-lr
+        peaks = [self.cfg.muon_lr] * len(muon) + [self.cfg.lr] * (len(optimizer["param_groups"]) - len(muon))
+        scale = [peak / base for peak, base in zip(peaks, scheduler["base_lrs"], strict=True)]
+        for i, (group, factor, peak) in enumerate(zip(optimizer["param_groups"], scale, peaks, strict=True)):
+            group.update(lr=group["lr"] * factor, initial_lr=peak, weight_decay=ours[i]["weight_decay"])
+            if i >= len(muon):
+                group["betas"] = parse_betas(self.cfg.betas)
+        scheduler["_last_lr"] = [lr * factor for lr, factor in zip(scheduler["_last_lr"], scale, strict=True)]
+        scheduler["base_lrs"] = peaks

@@ -37,13 +37,14 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     from . import hardware
     from .checkpoint_checks import check_checkpoint, check_same_network
     from .checkpoints import resume_path
-    from .resume_changes import RunRecord, check_changes, keep_batch_size
+    from .networks import check_module
+    from .resume_changes import RunRecord, check_changes, keep_batch_size, optimizer_changes
     from .sharded import check_format
     from .trainer import build_trainer, check_launcher, fsdp_units, launched_as_global_zero
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
-        hw = hardware.resolve(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last)
+        hw = hardware.resolve(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last, compile_off=task.compile_off)
         if task.resolve is not None:
             hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
         check_launcher(cfg)
@@ -57,8 +58,10 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
             notes += check_changes(saved, cfg, opts, task, hw.world_size)
             notes += task.check_resume(saved, cfg, opts, datamodule) if task.check_resume else []
         model = task.build(cfg, opts, hw, datamodule)
+        hw, broken = check_module(task, model, cfg, hw)  # the module's shape against the options, as one line each
         if ckpt is not None:
             check_same_network(Path(ckpt), saved, model, "resume")
+            notes += optimizer_changes(saved, cfg, model)
     except ConfigError as err:
         fail(str(err))
     wrap = fsdp_units(task, model)
@@ -70,6 +73,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
             fail(str(err))
         if rank_zero:
             print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+            for promise in broken:
+                print(f"warning: {promise}", flush=True)
             for note in notes:  # the options changed on resume, and what is done with each
                 print(f"resume: {note}", flush=True)
         hardware.apply_backend_flags(cfg)

@@ -8,9 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .checkpoint_checks import read_checkpoint
 
@@ -46,6 +48,39 @@ def warned(output: str, promise: str) -> list[str]:
 
 def hardware_line(stdout: str) -> str:
     return next((line for line in stdout.splitlines() if line.startswith("hardware: ")), "")
+
+
+def compile_off(hardware: str) -> str | None:
+    """Why the hardware line says compile is off for the task (`compile=off (<why>)`), if it does."""
+    found = re.search(r"\bcompile=off \((.*?)\) (?:channels_last|pin_memory)=", hardware)
+    return found.group(1) if found else None
+
+
+def first_difference(want: Any, have: Any, path: str = "") -> str | None:
+    """Where two parts of checkpoints differ (`[0]['state'][3]['exp_avg']`), or None: tensors bit for bit."""
+    if isinstance(want, torch.Tensor) or isinstance(have, torch.Tensor):
+        same = isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor) and want.shape == have.shape
+        return None if same and want.dtype == have.dtype and torch.equal(want, have) else path
+    if isinstance(want, Mapping) and isinstance(have, Mapping):
+        keys = sorted(set(want) | set(have), key=str)
+        pairs = [(f"{path}[{k!r}]", want.get(k), have.get(k)) for k in keys]
+    elif isinstance(want, list | tuple) and isinstance(have, list | tuple) and len(want) == len(have):
+        pairs = [(f"{path}[{i}]", w, h) for i, (w, h) in enumerate(zip(want, have, strict=True))]
+    else:
+        return None if want == have else path
+    return next((where for p, w, h in pairs if (where := first_difference(w, h, p)) is not None), None)
+
+
+def changed_setting(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> str | None:
+    """The first setting (lr, weight_decay, betas, ...) of a param group that differs between two checkpoints'
+    optimizer states, said in words; None where all are the same. The task's code sets none of them mid-run but
+    through its schedulers, which a resume restores: a difference is what a checkpoint load changed."""
+    for i, (before, after) in enumerate(zip(want, have, strict=False)):
+        for j, (old, new) in enumerate(zip(before["param_groups"], after["param_groups"], strict=False)):
+            for key in sorted(set(old) | set(new) - {"params"}):
+                if first_difference(old.get(key), new.get(key)) is not None:
+                    return f"optimizer {i}, param group {j}: {key} is {new.get(key)}, not {old.get(key)}"
+    return None
 
 
 def summary_metrics(stdout: str) -> dict[str, str]:
@@ -92,6 +127,24 @@ class ConformanceRuns:
 
     def declares_channels_last(self) -> bool:
         return "--channels-last" in help_entries(self.help().stdout)
+
+    def two_ranks(self) -> tuple[str, ...]:
+        """Two DDP ranks, each with half the batch when it halves: the global batch and the epoch's steps as on one,
+        so that a SIGTERM after the first step lands mid-epoch there too."""
+        flags, size = [*DEFAULTS, *self.tiny_flags], "1"
+        for flag, after in zip(flags, [*flags[1:], ""], strict=True):  # the last one given counts
+            if flag.startswith("--batch-size"):
+                size = flag.split("=", 1)[1] if "=" in flag else after
+        halved = [f"--batch-size={int(size) // 2}"] if size.isdigit() and int(size) % 2 == 0 else []
+        return ("--devices=2", *halved)
+
+    def uninterrupted(self, ranks: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+        """The finished tiny run on 1 rank or 2, and its output folder."""
+        if ranks == 1:
+            return self.tiny(), self.tmp / "tiny"
+        done = self.once("ddp", *self.two_ranks())
+        assert done.returncode == 0, f"ddp: --devices 2 exited {done.returncode}:\n{tail(done)}"
+        return done, self.tmp / "ddp"
 
     def tiny(self) -> subprocess.CompletedProcess[str]:
         """The uninterrupted tiny run; it must have finished for any check that reads it."""

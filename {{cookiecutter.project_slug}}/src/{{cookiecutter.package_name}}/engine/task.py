@@ -8,7 +8,7 @@ survive a kill, exact resume, stop on a signal, throughput and MFU, one-line err
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,15 @@ if TYPE_CHECKING:  # a task module imports this before any option is checked: to
 RECORD = "run_record"  # the checkpoint key of the options that trained it
 AFRESH = "or start afresh in another --output-dir"
 SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
+
+
+# Why a task under manual optimization has no --gradient-clip-val or --accumulate-grad-batches
+MANUAL = (
+    "the module steps its own optimizers (manual optimization), and Lightning clips and accumulates only for "
+    "automatic optimization: clip with self.clip_gradients and accumulate in training_step"
+)
+# What every run needs: a task cannot declare these not applicable
+KEPT = ("output_dir", "resume", "seed", "accelerator", "devices", "num_nodes", "precision", "batch_size", "max_epochs")
 
 
 def saved_record(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,7 +76,9 @@ class Task:
     monitor: str = "val/loss"  # the metric that picks the best checkpoint, and what the summary line reports
     mode: str = "min"  # "max" for an accuracy
     batch_size_fn: Callable[[Any], int] = first_dim  # samples per batch, for the throughput monitor
-    length_fn: Callable[[Any], int] | None = None  # items per sample (tokens), for items/s; None: not counted
+    # items per batch (its tokens, time steps, ...), as batch_size_fn counts samples per batch: train/items_per_sec
+    # and bench.py's items/s divide it by the step time. None: not counted
+    length_fn: Callable[[Any], int] | None = None
     unit: str = "samples"  # what the summary line's throughput counts: img, samples, tokens
     # The FSDP unit (sharded, and recomputed with --activation-checkpointing) from the module's network; None: the
     # engine's default, the repeated blocks of `module.net` (trainer.block_types)
@@ -94,6 +105,25 @@ class Task:
     # The task's own defaults for engine options ({"batch_size": 4, "lr": 1e-3}): shown in --help, with the reason of
     # any given as TaskDefault(value, why); a --config file and then the flags override them
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    # The module's networks, which --compile compiles (each in place, so hooks and DDP stay eager) and MFU counts the
+    # FLOPs of: an attribute ("net"), several (("nets.generator", "nets.discriminator"): dotted, through ModuleDicts),
+    # or a function of the LightningModule returning them by name
+    networks: str | Sequence[str] | Callable[[L.LightningModule], Mapping[str, nn.Module]] = "net"
+    # Why --compile does not apply ("dynamo captures no graph of an LSTM"): compile stays off, and the hardware line
+    # says `compile=off (<this>)`
+    compile_off: str | None = None
+    # DDP looks for parameters a step left without a gradient: needed when a step uses only some of them (a GAN's
+    # toggle_optimizer freezes the other network), a graph search per backward otherwise
+    find_unused_parameters: bool = False
+    # Lightning's own strategy by name ("ddp_find_unused_parameters_true", "deepspeed_stage_2"), in place of the
+    # engine's DDP on several devices: its exact evaluation split and sharded saves are then not used
+    lightning_strategy: str | None = None
+    # The module steps its own optimizers (automatic_optimization = False): Lightning then clips and accumulates
+    # nothing, so --gradient-clip-val and --accumulate-grad-batches are refused as the flags are read
+    manual_optimization: bool = False
+    # Engine options that mean nothing to this task, and why ({"weight_decay": "its Adams are its own"}): --help
+    # leaves them out, and one given as a flag or a --config key is refused in one line with the reason
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.options):
@@ -108,10 +138,28 @@ class Task:
             raise TypeError(f"Task {self.name!r}: defaults {sorted(unknown)} are not engine options; see Config")
         if "channels_last" in self.defaults and not self.channels_last:
             raise TypeError(f"Task {self.name!r}: a channels_last default needs channels_last=True")
+        odd = set(self.not_applicable) - set(Config.__dataclass_fields__) | set(self.not_applicable) & set(KEPT)
+        if odd:
+            raise TypeError(f"Task {self.name!r}: not_applicable {sorted(odd)}: not engine options it may go without")
+        both = set(self.defaults) & set(self.options_not_applied)
+        if both:
+            raise TypeError(f"Task {self.name!r}: defaults {sorted(both)} are for options it declares it goes without")
+        if self.find_unused_parameters and self.lightning_strategy:
+            raise TypeError(f"Task {self.name!r}: give find_unused_parameters or lightning_strategy, not both")
+
+    @property
+    def options_not_applied(self) -> dict[str, str]:
+        """The engine options this task is without, each with why: its own, the layout without a declaration, and
+        the flags Lightning refuses under manual optimization."""
+        hidden = {} if self.channels_last else {"channels_last": "the task declares no layout (Task.channels_last)"}
+        if self.manual_optimization:
+            hidden |= dict.fromkeys(("gradient_clip_val", "accumulate_grad_batches"), MANUAL)
+        return {**hidden, **self.not_applicable}
 
     def build(self, cfg: Config, opts: Any, hw: Hardware, datamodule: L.LightningDataModule) -> L.LightningModule:
         """The task's LightningModule, with the engine's resolved layout on it: what train.py and bench.py run."""
         model = self.build_model(cfg, opts, hw, datamodule)
+        model.engine_networks = self.networks  # type: ignore[assignment]  # what networks.py compiles and counts
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
         if cfg.optimizer == "muon":

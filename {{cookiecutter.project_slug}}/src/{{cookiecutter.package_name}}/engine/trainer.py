@@ -31,9 +31,11 @@ from .hardware import Hardware
 from .loggers import build_logger
 from .metric_state import MetricStateResume
 from .monitors import LogStepProgressBar, LogStepThroughputMonitor, PlainProgress, ValidationRecord
+from .networks import CompileNetworks
 from .promises import RunPromises
 from .resume import ExactResume
 from .sharding import FullyShard
+from .steps import count_batches
 from .stop_on_signal import StopOnSignal
 from .task import Task, first_dim
 from .validation import validate_every
@@ -63,8 +65,9 @@ def fsdp_units(task: Task | None, model: nn.Module) -> set[type[nn.Module]]:
 
 
 def build_strategy(
-    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, fsdp2: bool = False
+    cfg: Config, hw: Hardware, wrap: set[type[nn.Module]] | None = None, fsdp2: bool = False, task: Task | None = None
 ) -> Strategy | str:
+    """`task`: its DDP declarations (Task.find_unused_parameters, Task.lightning_strategy)."""
     if cfg.strategy == "fsdp" and fsdp2:
         sharded = cfg.checkpoint_format == "sharded"
         return FullyShard(wrap or set(), cfg.activation_checkpointing, cfg.fsdp_sharding, hw.world_size, sharded)
@@ -75,10 +78,14 @@ def build_strategy(
             sharding_strategy=cfg.fsdp_sharding,  # type: ignore[arg-type]  # one of FSDP_SHARDING (config.py)
             activation_checkpointing_policy=wrap if cfg.activation_checkpointing else None,
         )
+    if (cfg.strategy == "ddp" or hw.world_size > 1) and task is not None and task.lightning_strategy:
+        return task.lightning_strategy
     if cfg.strategy == "ddp" or hw.world_size > 1:
-        # Every parameter gets a gradient each step, so the unused-parameter search would be pure overhead;
+        # Unless the task says a step leaves some parameters without a gradient (a GAN's toggle_optimizer), every
+        # parameter gets one each step, so the unused-parameter search would be pure overhead;
         # gradient_as_bucket_view saves one gradient-sized copy.
-        return RunDDP(find_unused_parameters=False, gradient_as_bucket_view=True)
+        unused = task is not None and task.find_unused_parameters
+        return RunDDP(find_unused_parameters=unused, gradient_as_bucket_view=True)
     return "auto"
 
 
@@ -124,8 +131,9 @@ def check_launcher(cfg: Config) -> None:
         )
 
 
-def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
-    """`task`: its monitor picks the best checkpoint and its counts feed the throughput; unset = val/loss, min."""
+def build_callbacks(cfg: Config, task: Task | None = None, compiles: bool = False) -> list[Callback]:
+    """`task`: its monitor picks the best checkpoint and its counts feed the throughput; unset = val/loss, min.
+    `compiles`: the run compiles (Hardware.compile): the networks of any module."""
     checkpoints = last_path(cfg.output_dir).parent
     monitor, mode = (task.monitor, task.mode) if task else ("val/loss", "min")
     short = monitor.rsplit("/", 1)[-1]
@@ -165,6 +173,7 @@ def build_callbacks(cfg: Config, task: Task | None = None) -> list[Callback]:
         progress(cfg.log_every_n_steps),
         ValidationRecord(Path(cfg.output_dir) / "validation.jsonl", monitor, cfg.val_every),
         RunPromises(),  # a warning line when the task breaks a speed promise at run time (promises.py)
+        *([CompileNetworks(cfg.compile_mode)] if compiles else []),
         # --ema: validation, the best checkpoint and the final weights use the average (Lightning swaps it in)
         *([EMAWeightAveraging(decay=cfg.ema_decay)] if cfg.ema else []),
     ]
@@ -190,7 +199,7 @@ def build_trainer(
         accelerator=hw.accelerator,
         devices=hw.devices,
         num_nodes=cfg.num_nodes,
-        strategy=build_strategy(cfg, hw, wrap, fsdp2=task.fsdp2 if task else False),
+        strategy=build_strategy(cfg, hw, wrap, fsdp2=task.fsdp2 if task else False, task=task),
         # saves that never leave a truncated file (or a half-written folder)
         plugins=[
             AtomicCheckpointIO(cfg.checkpoint_format == "sharded", cfg.async_save),
@@ -209,7 +218,7 @@ def build_trainer(
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
         logger=build_logger(cfg, logger_version, resumed_step),
-        callbacks=build_callbacks(cfg, task),
+        callbacks=build_callbacks(cfg, task, hw.compile),
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,
         default_root_dir=cfg.output_dir,
@@ -222,6 +231,7 @@ def build_trainer(
     if not any(isinstance(f, _NoAdverts) for f in tips.filters):
         tips.addFilter(_NoAdverts())
     trainer = L.Trainer(**kwargs)
+    count_batches(trainer)  # a step is a batch that stepped the optimizers, under manual optimization too
     if cfg.val_every and not cfg.fast_dev_run:  # --fast-dev-run validates its one step
         validate_every(trainer, cfg.val_every)
     return trainer
@@ -236,7 +246,7 @@ def measuring_trainer(
     **overrides: Any,
 ) -> L.Trainer:
     """The usual Trainer and callbacks, minus checkpoints and validation: what --profile and bench.py time."""
-    callbacks = [c for c in build_callbacks(cfg, task) if not isinstance(c, Checkpoint)]
+    callbacks = [c for c in build_callbacks(cfg, task, hw.compile) if not isinstance(c, Checkpoint)]
     return build_trainer(
         cfg,
         hw,
