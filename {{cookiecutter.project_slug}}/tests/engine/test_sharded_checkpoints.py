@@ -5,6 +5,7 @@ tests/language_model/test_language_model.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 import torch
 
-from {{ cookiecutter.package_name }}.engine import read_checkpoint
+from {{ cookiecutter.package_name }}.engine import main, read_checkpoint
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 from {{ cookiecutter.package_name }}.engine.sharded_read import read_sharded
 
 from .conftest import TOY, run_toy, signalling_task, train
@@ -168,6 +170,25 @@ def test_bad_checkpoint_options_are_one_line(flags: list[str], message: str, my_
     result = run_toy(my_task, *TOY, *flags, f"--output-dir={tmp_path / 'run'}")
     assert result.returncode == 2 and result.stderr.strip() == message
     assert not (tmp_path / "run").exists()
+
+
+def test_sharded_under_a_tasks_own_lightning_strategy_is_refused_in_one_line(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning's own DDP saves on rank 0 alone, and DCP's save there waited for rank 1 forever at the first save."""
+    own = dataclasses.replace(toy.TASK, lightning_strategy="ddp_find_unused_parameters_true")
+    out = tmp_path / "run"
+    # here, in pytest's process, Lightning would start rank 1 by running pytest again
+    monkeypatch.setattr(trainer_module, "build_trainer", lambda *a, **k: pytest.fail("not refused: trainer built"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(own, [*TOY, "--devices=2", *SHARDED, f"--output-dir={out}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --checkpoint-format: sharded is written by the engine's own DDP and FSDP2; this task runs Lightning's "
+        "'ddp_find_unused_parameters_true' strategy (Task.lightning_strategy), which saves from rank 0 alone: use "
+        "--checkpoint-format file"
+    )
+    assert not out.exists()
 
 
 def test_a_sharded_checkpoint_of_another_network_is_refused_by_its_shapes(my_task: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import errno
 import os
 import shutil
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -127,15 +128,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return
         atomic_torch_save(checkpoint, Path(path))
 
-    def save_sharded(self, checkpoint: dict[str, Any], path: Path, folder: Path, rank: int, agree: Any) -> None:
-        """Called on every rank at once. `agree`: the strategy's reduce, so that a nan in one rank's shard stops all."""
+    def save_sharded(
+        self, checkpoint: dict[str, Any], path: Path, folder: Path, rank: int, agree: Any, alike: Collection[str] = ()
+    ) -> None:
+        """Called on every rank at once. `agree`: the strategy's reduce, so that a nan in one rank's shard stops all.
+        `alike`: the weights every rank holds alike (`sharded.RankZeroKeepsItsOwn`)."""
         assert self.writer is not None
         bad = non_finite_tensors(checkpoint.get("state_dict", {}))
         anywhere = len(bad) if agree is None else int(agree(torch.tensor(float(len(bad))), reduce_op="sum"))
         if anywhere:
             raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
         try:
-            self.writer.save(checkpoint, path, folder, rank)
+            self.writer.save(checkpoint, path, folder, rank, alike)
             self.needed = (path, tensor_bytes(checkpoint))
             if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
                 self.writer.wait()
@@ -170,7 +174,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 class EveryRankWrites:
     """A strategy of several processes whose every rank writes its part of a sharded checkpoint (Lightning's DDP and
-    single-file saves go through rank 0 alone). The path and the folder are rank 0's, so all write to the same."""
+    single-file saves go through rank 0 alone). The path and the folder are rank 0's, so all write to the same. The
+    ranks share the writing of the parameters, which the strategy keeps alike on all; the buffers are rank 0's."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
         io = self.checkpoint_io  # type: ignore[attr-defined]
@@ -180,7 +185,9 @@ class EveryRankWrites:
         broadcast = self.broadcast  # type: ignore[attr-defined]
         path = Path(broadcast(str(filepath)))
         folder = Path(broadcast(str(fresh_folder(path))))
-        io.save_sharded(checkpoint, path, folder, self.global_rank, agree=self.reduce)  # type: ignore[attr-defined]
+        module, rank, reduce = self.lightning_module, self.global_rank, self.reduce  # type: ignore[attr-defined]
+        alike = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+        io.save_sharded(checkpoint, path, folder, rank, agree=reduce, alike=alike)
 
 
 class RunCheckpoint(ModelCheckpoint):

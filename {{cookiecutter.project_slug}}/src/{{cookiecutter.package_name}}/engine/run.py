@@ -48,7 +48,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         if task.resolve is not None:
             hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
         check_launcher(cfg)
-        check_format(cfg, task.fsdp2)
+        check_format(cfg, task.fsdp2, task.lightning_strategy, hw.world_size)
         ckpt = resume_path(cfg.output_dir, cfg.resume)
         # Read before the data and the model are built: an option the checkpoint refuses must download nothing
         saved: dict[str, Any] = check_checkpoint(Path(ckpt), tensors=False) if ckpt is not None else {}
