@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,19 +20,27 @@ CHOICES: dict[str, list[str]] = {
 BIN = Path(sys.executable).parent  # ruff, mypy, cruft: installed beside this interpreter
 
 
+# What a landing's tests may take, and how each minute-scale test is held to its share (tests/test_budget.py sums them)
+BUDGET_MINUTES = 40  # CPU-minutes of a landing's tests: 20 minutes of 2 cores, about 30 with the install and the tail
+CPU_SLACK = 1.3  # a test needing more CPU than this times its `minutes` marker fails, saying by how much
+TIME_LIMIT = 3  # times its marker: the wall time after which a minute-scale test's run is killed as hung
+UNMARKED_CPU_MINUTES = 1.0  # a test without a marker that needs more fails: it is minute-scale, give it a marker
+
+
+def minutes(item: pytest.Item) -> float:
+    """The CPU-minutes a test takes on CI's 2 cores, from its `minutes` marker; 0 for a test of seconds."""
+    marker = item.get_closest_marker("minutes")
+    return float(marker.args[0]) if marker else 0.0
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Minute-long tests first in each xdist worker's share, so that they overlap instead of queueing on one worker.
 
     `--dist worksteal` first hands each of the n workers one contiguous share of the collection, then rebalances
     only tests that have not started. The long ones go to the heads of those shares longest first, each to the share
-    with the fewest minutes so far; a `slow` or `suite` marker's `minutes=` says how long its test takes (default 1).
+    with the fewest minutes so far.
     """
-
-    def minutes(item: pytest.Item) -> float:
-        marker = item.get_closest_marker("suite") or item.get_closest_marker("slow")
-        return float(marker.kwargs.get("minutes", 1)) if marker else 0.0
-
     long = sorted((i for i in items if minutes(i)), key=minutes, reverse=True)
     short = [i for i in items if not minutes(i)]
     workers = getattr(config.option, "numprocesses", None) or 1
@@ -44,6 +53,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         left -= size
         share += [short.pop(0) for _ in range(max(0, size - len(share)))]
     items[:] = [item for share in shares for item in share] + short
+
+
+def children_cpu_minutes() -> float:
+    """CPU time of this process's finished children and theirs: what a test's subprocesses used, whatever the other
+    worker's load (wall time doubles under it, CPU time barely moves)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) / 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Holds each test to its `minutes` marker in CPU time (a test that failed is left to say why itself)."""
+    before = children_cpu_minutes()
+    result = yield
+    used, marked = children_cpu_minutes() - before, minutes(item)
+    item.user_properties += [("cpu_minutes", used), ("marked_minutes", marked)]
+    if marked and used > CPU_SLACK * marked:
+        pytest.fail(
+            f"needed {used:.2f} CPU-minutes, {used / marked:.2f}x its minutes({marked:g}) marker, over the "
+            f"{CPU_SLACK}x allowed by {used - CPU_SLACK * marked:.2f}: make it cheaper, or raise its marker and make "
+            "room for it in the budget (tests/test_budget.py)",
+            pytrace=False,
+        )
+    if not marked and used > UNMARKED_CPU_MINUTES:
+        pytest.fail(
+            f"needed {used:.2f} CPU-minutes without a minutes marker: give it @pytest.mark.minutes(...) so that the "
+            "budget (tests/test_budget.py) counts it",
+            pytrace=False,
+        )
+    return result
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each minute-scale test's CPU-minutes beside its marker, and the rest together: what the markers are set from."""
+    reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, []) if r.when == "call"]
+    timed = [(dict(r.user_properties), r.nodeid) for r in reports if dict(r.user_properties).get("cpu_minutes")]
+    if not timed:
+        return
+    terminalreporter.section("CPU-minutes of each test's subprocesses (conftest.py)")
+    for props, nodeid in sorted(timed, key=lambda t: -t[0]["marked_minutes"]):
+        if props["marked_minutes"]:
+            terminalreporter.write_line(
+                f"{props['cpu_minutes']:6.2f} of minutes({props['marked_minutes']:g})  {nodeid}"
+            )
+    rest = sum(props["cpu_minutes"] for props, _ in timed if not props["marked_minutes"])
+    terminalreporter.write_line(
+        f"{rest:6.2f} in the {sum(1 for p, _ in timed if not p['marked_minutes'])} tests without a marker"
+    )
+
+
+@pytest.fixture
+def time_limit(request: pytest.FixtureRequest) -> float:
+    """Seconds a minute-scale test's run may take before it is killed as hung: TIME_LIMIT times its marker."""
+    marked = minutes(request.node)
+    assert marked, "a test with a time limit carries @pytest.mark.minutes(...)"
+    return TIME_LIMIT * 60 * marked
 
 
 def bake(output_dir: Path, **answers: str) -> Path:

@@ -51,7 +51,8 @@ def check_help_and_refusals(bin_dir: Path, project: Path) -> None:
         assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
 
 
-@pytest.mark.slow(minutes=2)
+@pytest.mark.slow
+@pytest.mark.minutes(2)
 def test_image_classifier_commands_run_from_anywhere_after_a_wheel_install(tmp_path: Path) -> None:
     bin_dir, project = install(tmp_path, "image-classification")
     assert set(scripts(project)) == {f"image-classifier-{s}" for s in ("train", "predict", "export", "sweep", "bench")}
@@ -78,7 +79,8 @@ def test_image_classifier_commands_run_from_anywhere_after_a_wheel_install(tmp_p
     assert (tmp_path / "bench.json").is_file()
 
 
-@pytest.mark.slow(minutes=2)
+@pytest.mark.slow
+@pytest.mark.minutes(2)
 def test_language_model_commands_run_from_anywhere_after_a_wheel_install(tmp_path: Path) -> None:
     bin_dir, project = install(tmp_path, "language-model")
     expected = ("train", "generate", "train-tokenizer", "export", "sweep", "bench")

@@ -68,7 +68,7 @@ SWEEP = ["image_classification/test_sweep.py"]
 IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
-SUITES = {  # id: (answers, files left out, the only files run, minutes measured on 2 cores: conftest.py deals by it)
+SUITES = {  # id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them)
     "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 8),
     "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 14),
     "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 10),
@@ -97,10 +97,13 @@ def expand(names: list[str], project: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     ("answers", "left_out", "only_these"),
-    [pytest.param(a, out, only, id=k, marks=pytest.mark.suite(minutes=m)) for k, (a, out, only, m) in SUITES.items()],
+    [
+        pytest.param(a, out, only, id=k, marks=[pytest.mark.suite, pytest.mark.minutes(m)])
+        for k, (a, out, only, m) in SUITES.items()
+    ],
 )
 def test_generated_suite_passes(
-    tmp_path: Path, answers: dict[str, str], left_out: list[str], only_these: list[str]
+    tmp_path: Path, time_limit: float, answers: dict[str, str], left_out: list[str], only_these: list[str]
 ) -> None:
     project = bake(tmp_path, **answers)
     if answers.get("task") != "language-model":  # a file the image bake's lists name and the bake lacks: update them
@@ -108,7 +111,7 @@ def test_generated_suite_passes(
     only = [f"tests/{name}" for name in expand(only_these, project)]
     skip = [f"--ignore=tests/{name}" for name in expand(left_out, project)]
     result = run(
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=1200
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=time_limit
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
@@ -137,16 +140,16 @@ def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: 
 @pytest.mark.parametrize(
     "task",
     [
-        pytest.param("image-classification", marks=pytest.mark.suite(minutes=6)),
-        pytest.param("language-model", marks=pytest.mark.suite(minutes=2)),
+        pytest.param("image-classification", marks=[pytest.mark.suite, pytest.mark.minutes(6)]),
+        pytest.param("language-model", marks=[pytest.mark.suite, pytest.mark.minutes(2)]),
     ],
 )
-def test_generated_slow_tests_pass(tmp_path: Path, task: str) -> None:
+def test_generated_slow_tests_pass(tmp_path: Path, time_limit: float, task: str) -> None:
     """`pytest -m slow` of each task's default bake. Images: every model --model can name trains, and pretrained
     weights transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
     project = bake(tmp_path, task=task)
     result = run(
-        sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400
+        sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=time_limit
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
