@@ -8,6 +8,7 @@ files at tests/ itself import this one as `conftest` (pyproject's pythonpath has
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -22,7 +23,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import TINY  # the bake's task's: tiny_args
+# the bake's task's: its tiny flags (tiny_args), and its refusals of missing files
+from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -30,6 +32,7 @@ SAVING = pytest.mark.parametrize(
     "formats", [[], ["--checkpoint-format=sharded", "--async-save"]], ids=["file", "sharded-async"]
 )
 __all__ = [
+    "MISSING_INPUTS",
     "ROOT",
     "TIMEOUT",
     "TINY",
@@ -37,12 +40,14 @@ __all__ = [
     "edited",
     "finish",
     "free_port",
+    "heavy_imports_blocked",
     "kill_at_pause",
     "launch",
     "one_error_line",
     "run_script",
     "run_train",
     "wait",
+    "without_heavy_imports",
 ]
 
 
@@ -181,3 +186,25 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, err
     return lines[0]
+
+
+HEAVY = ("torch", "lightning")  # what a refusal that names a flag or a file must answer before: seconds of imports
+
+
+def without_heavy_imports(folder: Path) -> dict[str, str]:
+    """An environment (for run_script's `env`) in which importing torch or Lightning fails with a traceback: a script
+    that answers with one line there answered before either loaded."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in HEAVY:
+        (folder / f"{name}.py").write_text(f"raise ImportError('{name} was imported before the answer')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "src"), str(ROOT)])}
+
+
+@contextlib.contextmanager
+def heavy_imports_blocked() -> Iterator[None]:
+    """In this process: an `import torch` or `import lightning` run inside the block raises ImportError, so a refusal
+    that comes out of it was given before the entry point imported either (modules loaded earlier stay usable)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in HEAVY:
+            patch.setitem(sys.modules, name, None)  # type: ignore[arg-type]  # None: "import halted"
+        yield
