@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cookiecutter.main import cookiecutter
+from isolation import namespaces_allowed, worker_ports
 
 TEMPLATE = Path(__file__).resolve().parents[1]
 CHOICES: dict[str, list[str]] = {
@@ -120,15 +122,64 @@ def run(
     *cmd: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """A tool in a bake, one thread, without the PYTEST_* variables of this (possibly xdist) run leaking into it;
-    `env` adds to (or overrides) the inherited environment."""
+    `env` adds to (or overrides) the inherited environment. It leads a process group of its own: past `timeout` the
+    whole group is killed (a hung suite's runs too, not only its pytest) and the test fails with what it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         **(env or {}),
     }
-    return subprocess.run(
-        [str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    command = [str(c) for c in cmd]
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            pytest.fail(f"{' '.join(command[:6])}... killed after {timeout:.0f} s:\n{out[-4000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+# Every library cache the template's own runs would share with the machine (the bakes' suites point theirs into their
+# own sessions' folders, tests/machine.py): uv's and npm's are left shared on purpose, as a developer's are
+CACHES = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "HF_HOME": "huggingface",
+    "TORCH_HOME": "torch",
+    "MPLCONFIGDIR": "matplotlib",
+    "WANDB_CACHE_DIR": "wandb/cache",
+    "WANDB_CONFIG_DIR": "wandb/config",
+    "WANDB_DATA_DIR": "wandb/data",
+    "LITDATA_CACHE_DIR": "litdata",
+}
+
+
+def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this pytest run, shared by its xdist workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    root = session_folder(tmp_path_factory) / "caches"
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, folder in CACHES.items():
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            patch.setenv(variable, str(root / folder))
+        yield
+
+
+@pytest.fixture(scope="session")
+def suite_isolation(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, str]]:
+    """What a bake's suite is run under (tests/isolation.py): the command prefix that gives it a network namespace of
+    its own where the machine allows, and the variables that hand it this worker's ports and the run's lock of the
+    cores for its multi-process tests."""
+    prefix = [sys.executable, str(Path(__file__).with_name("isolation.py"))] if namespaces_allowed() else []
+    lock = session_folder(tmp_path_factory) / "multiprocess.lock"
+    return prefix, {"TEST_PORT_RANGE": worker_ports(), "TEST_MULTIPROCESS_LOCK": str(lock)}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -79,16 +79,21 @@ def expand(names: list[str], project: Path) -> list[str]:
     ],
 )
 def test_generated_suite_passes(
-    tmp_path: Path, time_limit: float, answers: dict[str, str], left_out: list[str], only_these: list[str]
+    tmp_path: Path,
+    time_limit: float,
+    suite_isolation: tuple[list[str], dict[str, str]],
+    answers: dict[str, str],
+    left_out: list[str],
+    only_these: list[str],
 ) -> None:
     project = bake(tmp_path, **answers)
     if answers.get("task") != "language-model":  # a file the image bake's lists name and the bake lacks: update them
         expand([*ANSWER_READERS, *IMAGE_STOPS_AND_RESUMES, *ENGINE_PROCESSES], project)
     only = [f"tests/{name}" for name in expand(only_these, project)]
     skip = [f"--ignore=tests/{name}" for name in expand(left_out, project)]
-    result = run(
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=time_limit
-    )
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
 
@@ -137,12 +142,14 @@ def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: 
         pytest.param("language-model", marks=[pytest.mark.suite, pytest.mark.minutes(2)]),
     ],
 )
-def test_generated_slow_tests_pass(tmp_path: Path, time_limit: float, task: str) -> None:
+def test_generated_slow_tests_pass(
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], task: str
+) -> None:
     """`pytest -m slow` of each task's default bake. Images: every model --model can name trains, and pretrained
     weights transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
     project = bake(tmp_path, task=task)
-    result = run(
-        sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=time_limit
-    )
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider"]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]

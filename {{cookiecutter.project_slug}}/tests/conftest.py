@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
 
 # the bake's task's: its tiny flags (tiny_args), and its refusals of missing files
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
+from tests.machine import cores_to_myself, free_port
+from tests.machine import private_caches as private_caches_in
 
 ROOT = Path(__file__).resolve().parents[1]
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -47,6 +48,7 @@ __all__ = [
     "run_script",
     "run_train",
     "wait",
+    "wait_until",
     "without_heavy_imports",
 ]
 
@@ -57,24 +59,40 @@ def tiny_args(tmp_path: Path) -> list[str]:
     return [*TINY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}"]
 
 
-def free_port() -> int:
-    """A port for a store that processes started next will bind (MASTER_PORT, torchrun's endpoint) after seconds of
-    importing torch. bind(0) and outgoing connections draw from the kernel's ephemeral range, so a port from there
-    can be handed to another test's store in between, and a rendezvous then joins that store and dies with it (as
-    CI once saw); a port below that range is never handed out, only bound by whoever asks for it."""
-    try:
-        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: IANA's range, which macOS and Windows use
-        first_ephemeral = 49152
-    pick = random.SystemRandom()
-    while True:
-        port = pick.randrange(10000, first_ephemeral)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # bound by another process now: try another
-                continue
-            return port
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every library cache in this session's folder (shared by its xdist workers): no run reads what another
+    suite's left, or loses what it wrote to another's clean-up (machine.py)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "caches"
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, folder in private_caches_in(root).items():
+            patch.setenv(variable, folder)
+        yield root
+
+
+@pytest.fixture(autouse=True)
+def master_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every run a test starts, a plain --devices 2 included, meets its ranks on a port of this worker's range: where
+    Lightning picks one itself, it binds in the ephemeral range, which another process may have been handed."""
+    port = free_port()
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    return port
+
+
+@pytest.fixture(autouse=True)
+def multiprocess_tests_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test marked `multiprocess` (or a conformance check its class names in `multiprocess_checks`) waits for any
+    other such test on the machine to end: two runs of two ranks each on two cores starve each other into timeouts."""
+    checks = getattr(getattr(request.node, "cls", None), "multiprocess_checks", ())
+    if request.node.get_closest_marker("multiprocess") is None and request.node.originalname not in checks:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    with cores_to_myself((base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "multiprocess.lock"):
+        yield
 
 
 def run_script(
@@ -143,6 +161,23 @@ def launch() -> Iterator[Launch]:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
+
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], process: subprocess.Popen[Any] | None, what: str, every: float = 0.01) -> T:
+    """The first true value of `condition`, a state a run makes (a file, a step saved in it), polled while `process`
+    goes on: a run that ends first, or a state that never comes within TIMEOUT, fails the test naming `what`. The
+    suite waits on states, never for a length of time; this poll is its one allowed sleep."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (found := condition()):
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the run ended (exit {process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {TIMEOUT} s")
+        time.sleep(every)
+    return found
 
 
 def wait(process: subprocess.Popen[str]) -> str:

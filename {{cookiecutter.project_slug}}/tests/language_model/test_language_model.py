@@ -139,6 +139,7 @@ def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[st
     assert summary(resumed)["test/loss"] == summary(whole)["test/loss"]
 
 
+@pytest.mark.multiprocess
 def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], tmp_path: Path) -> None:
     result = run_train(*tiny_args, "--devices=2", "--strategy=ddp")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -149,6 +150,7 @@ def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], 
     assert [json.loads(r)["epoch"] for r in records] == [0]
 
 
+@pytest.mark.multiprocess
 @SAVING
 def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
     formats: list[str], tiny_args: list[str], tmp_path: Path
