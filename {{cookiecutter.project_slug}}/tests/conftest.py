@@ -26,6 +26,7 @@ import torch
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
 from tests.machine import cores_to_myself, free_port
 from tests.machine import private_caches as private_caches_in
+from tests.references import ReferenceRuns, shared_root
 
 ROOT = Path(__file__).resolve().parents[1]
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -47,6 +48,7 @@ __all__ = [
     "one_error_line",
     "run_script",
     "run_train",
+    "script_env",
     "wait",
     "wait_until",
     "without_heavy_imports",
@@ -95,6 +97,19 @@ def multiprocess_tests_one_at_a_time(
         yield
 
 
+def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment, src/ and the root importable even if the project is not installed, one thread per process
+    on shared cores; `extra` adds to it."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(extra or {})}
+
+
+@pytest.fixture(scope="session")
+def references(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
+    """The session's uninterrupted reference runs, each trained once (tests/references.py)."""
+    return ReferenceRuns(shared_root(tmp_path_factory.getbasetemp()))
+
+
 def run_script(
     script: str | Path,
     *args: str,
@@ -106,8 +121,7 @@ def run_script(
     """`python SCRIPT ARGS` in a fresh process, as a user would run it: src/ and the root importable even if the
     project is not installed, one thread per process on shared cores. SCRIPT is relative to the root, or absolute;
     `env` adds to the inherited environment; `new_session` for a script that signals its own process group."""
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env = script_env(env)
     command = [sys.executable, str(ROOT / script), *args]
     try:
         return subprocess.run(
@@ -142,8 +156,7 @@ def launch() -> Iterator[Launch]:
     started: list[subprocess.Popen[str]] = []
 
     def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        full_env = script_env(env)
         process = subprocess.Popen(
             cmd,
             cwd=ROOT,

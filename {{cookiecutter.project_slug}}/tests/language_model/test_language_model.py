@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import ROOT, SAVING, run_script, run_train
+from conftest import ROOT, SAVING, run_script, run_train, script_env
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
+from tests.references import ReferenceRuns
 
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -210,12 +211,13 @@ def test_hugging_face_gpt2_weights_load_with_the_same_logits(tmp_path: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(references: ReferenceRuns, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of one epoch of the tiny model, trained once per run for every file that asks (test_lm_inputs)."""
     from .conftest import TINY
 
-    folder = tmp_path_factory.mktemp("trained")
-    result = run_train(*TINY, "--max-epochs=1", f"--output-dir={folder}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path_factory.mktemp("trained") / "run"
+    command = [sys.executable, "train.py", *TINY, "--max-epochs=1", "--output-dir={out}"]
+    references.copy(command, {"out": folder}, ROOT, script_env())
     return folder / "checkpoints" / "last.ckpt"
 
 

@@ -19,6 +19,7 @@ from {{ cookiecutter.package_name }}.commands.generate import main as generate
 from {{ cookiecutter.package_name }}.tasks.language_model.shards import GPT2, LLAMA3
 
 from .conftest import TINY
+from .test_language_model import hf_gpt2, trained  # noqa: F401  # trained: the fixture, run once per run
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +125,14 @@ TABLES = [
 
 
 @pytest.fixture(scope="module")
-def given(files: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def given(
+    trained: Path,  # noqa: F811  # the fixture imported above
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, str]:
     """What the cases' TRAINED and SMALLVOCAB stand for: a checkpoint of train.py, and a GPT-2 folder of 100 tokens."""
-    from .test_language_model import hf_gpt2
-
     folder = tmp_path_factory.mktemp("given")
-    train.main([*TINY, "--max-epochs=1", "--train-tokens=2000", f"--output-dir={folder / 'trained'}"])
     hf_gpt2(folder / "small-vocab", vocab_size=100)
-    return {"TRAINED": str(folder / "trained" / "checkpoints" / "last.ckpt"), "SMALLVOCAB": str(folder / "small-vocab")}
+    return {"TRAINED": str(trained), "SMALLVOCAB": str(folder / "small-vocab")}
 
 
 @pytest.mark.parametrize(("script", "flags", "expected", "early"), TABLES, ids=[f"{s} {f}" for s, f, *_ in TABLES])
