@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cookiecutter.main import cookiecutter
 from isolation import namespaces_allowed, worker_ports
+from landing import changed_files, guarded, touched
 
 TEMPLATE = Path(__file__).resolve().parents[1]
 CHOICES: dict[str, list[str]] = {
@@ -27,6 +28,8 @@ BUDGET_MINUTES = 40  # CPU-minutes of a landing's tests: 20 minutes of 2 cores, 
 CPU_SLACK = 1.3  # a test needing more CPU than this times its `minutes` marker fails, saying by how much
 TIME_LIMIT = 3  # times its marker: the wall time after which a minute-scale test's run is killed as hung
 UNMARKED_CPU_MINUTES = 1.0  # a test without a marker that needs more fails: it is minute-scale, give it a marker
+GUARDED_TESTS = guarded()  # what a landing leaves out unless their files change (.ci/guarded.toml)
+LANDING = pytest.StashKey[list[str]]()  # what --landing ran and left out of those, and why
 
 
 def minutes(item: pytest.Item) -> float:
@@ -35,14 +38,50 @@ def minutes(item: pytest.Item) -> float:
     return float(marker.args[0]) if marker else 0.0
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--landing",
+        action="store_true",
+        help="leave out each test of .ci/guarded.toml unless a file it guards changed since main (.ci/run's run)",
+    )
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tests of .ci/guarded.toml are marked `guarded` as they are collected, so that `-m guarded` selects them."""
+    if item.nodeid.split("[")[0] in GUARDED_TESTS:
+        item.add_marker(pytest.mark.guarded)
+
+
+def leave_out_guarded(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--landing: the guarded tests none of whose files changed are left out, each named with why (landing.py)."""
+    changed, since = changed_files()
+    said, kept, left = config.stash.setdefault(LANDING, []), [], []
+    for item in items:
+        entry = GUARDED_TESTS.get(item.nodeid.split("[")[0])
+        if entry is None:
+            kept.append(item)
+        elif changed is None or (files := touched(entry, changed)):
+            kept.append(item)
+            said.append(f"runs {item.nodeid}: {since if changed is None else ', '.join(files[:3])} changed")
+        else:
+            left.append(item)
+            said.append(f"skipped {item.nodeid}: {entry.why}; none of its files changed since {since}")
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Minute-long tests first in each xdist worker's share, so that they overlap instead of queueing on one worker.
+    """With --landing, the guarded tests whose files did not change are left out. Then the minute-long tests go first
+    in each xdist worker's share, so that they overlap instead of queueing on one worker. in each xdist worker's share, so that they overlap instead of queueing on one worker.
 
     `--dist worksteal` first hands each of the n workers one contiguous share of the collection, then rebalances
     only tests that have not started. The long ones go to the heads of those shares longest first, each to the share
     with the fewest minutes so far.
     """
+    if config.getoption("landing"):
+        leave_out_guarded(config, items)
     long = sorted((i for i in items if minutes(i)), key=minutes, reverse=True)
     short = [i for i in items if not minutes(i)]
     workers = getattr(config.option, "numprocesses", None) or 1
@@ -87,8 +126,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return result
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Each minute-scale test's CPU-minutes beside its marker, and the rest together: what the markers are set from."""
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """What --landing left out and why; each minute-scale test's CPU-minutes beside its marker, and the rest together:
+    what the markers are set from."""
+    if config.stash.get(LANDING, []):
+        terminalreporter.section("guarded tests (.ci/guarded.toml; all of them: pytest -m guarded)")
+        for line in config.stash[LANDING]:
+            terminalreporter.write_line(line)
     reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, []) if r.when == "call"]
     timed = [(dict(r.user_properties), r.nodeid) for r in reports if dict(r.user_properties).get("cpu_minutes")]
     if not timed:

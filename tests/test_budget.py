@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BUDGET_MINUTES, UNMARKED_CPU_MINUTES
+from conftest import BUDGET_MINUTES, GUARDED_TESTS, UNMARKED_CPU_MINUTES
 
 HERE = Path(__file__).parent
+TEMPLATE = HERE.parent
 # The CPU-minutes of every test without a marker together (conftest.py's summary prints them after a run; each is
 # under UNMARKED_CPU_MINUTES, or conftest.py fails it): bakes, hooks, lint, the template's own checks
 UNMARKED_MINUTES = 4.0
@@ -57,12 +58,14 @@ def cases(test: Callable[..., Any]) -> Iterator[tuple[str, list[pytest.Mark]]]:
 
 
 def landing() -> dict[str, float]:
-    """Every marked test a landing runs (`pytest tests`): its id and its minutes."""
+    """Every marked test a landing runs (`pytest --landing tests`, the guarded ones left out): its id and minutes."""
     found: dict[str, float] = {}
     for path in sorted(HERE.glob("test_*.py")):
         module = importlib.import_module(path.stem)
         for name, test in vars(module).items():
             if not name.startswith("test_") or getattr(test, "__module__", None) != module.__name__:
+                continue
+            if f"tests/{path.name}::{name}" in GUARDED_TESTS:
                 continue
             for case, marks in cases(test):
                 minutes = minutes_in([*marks_of(module), *marks])
@@ -79,6 +82,16 @@ def test_a_landing_fits_in_the_budget() -> None:
         f"a landing needs {total:g} CPU-minutes, {total - BUDGET_MINUTES:g} over the budget of {BUDGET_MINUTES}: "
         "make room before adding; the largest: " + ", ".join(f"{name} {m:g}" for name, m in largest)
     )
+
+
+def test_every_guarded_test_exists_and_guards_files_that_exist() -> None:
+    """.ci/guarded.toml names tests by node id and files by path: a rename would silently put them in every landing or
+    in none."""
+    for test, entry in GUARDED_TESTS.items():
+        file, name = test.split("::")
+        assert hasattr(importlib.import_module(Path(file).stem), name), f"{test} is not a test"
+        assert entry.why and entry.paths, test
+        assert [p for p in entry.paths if not (TEMPLATE / p).exists()] == [], f"{test} guards files that do not exist"
 
 
 def test_the_budget_counts_every_generated_suite_part_and_what_conftest_lets_go_unmarked() -> None:

@@ -135,6 +135,9 @@ def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: 
     assert len([n for n in image if n.startswith("tests/image_classification/")]) > 20, "the task's suite was found"
 
 
+ZOO = "image_classification/test_model_zoo.py"  # every model --model can name: guarded (.ci/guarded.toml)
+
+
 @pytest.mark.parametrize(
     "task",
     [
@@ -145,11 +148,26 @@ def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: 
 def test_generated_slow_tests_pass(
     tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], task: str
 ) -> None:
-    """`pytest -m slow` of each task's default bake. Images: every model --model can name trains, and pretrained
-    weights transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
+    """`pytest -m slow` of each task's default bake, but the model zoo (the test below). Images: pretrained weights
+    transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
     project = bake(tmp_path, task=task)
+    zoo = [f"--ignore=tests/{ZOO}"] if (project / "tests" / ZOO).exists() else []
     prefix, env = suite_isolation
-    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider"]
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", *zoo]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
+
+
+@pytest.mark.suite
+@pytest.mark.minutes(10)
+def test_generated_model_zoo_trains_every_model(
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]]
+) -> None:
+    """Every torchvision classifier and a sample of timm families trains a step in the image task's default bake."""
+    project = bake(tmp_path)
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", f"tests/{ZOO}"]
     result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
