@@ -187,7 +187,7 @@ def run(
 
 
 # Every library cache the template's own runs would share with the machine (the bakes' suites point theirs into their
-# own sessions' folders, tests/machine.py): uv's and npm's are left shared on purpose, as a developer's are
+# own sessions' folders, tests/machine_sharing.py): uv's and npm's are left shared on purpose, as a developer's are
 CACHES = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "HF_HOME": "huggingface",

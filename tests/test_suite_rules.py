@@ -1,6 +1,6 @@
 """Rules that keep the bakes' suites and the template's own tests from flaking on a loaded machine, read from their
 source: a test waits on what a run announces, never for a length of time, and a test that starts several processes
-of one run says so, so that only one such test at a time takes the cores (the bake's tests/machine.py)."""
+of one run says so, so that only one such test at a time takes the cores (the bake's tests/machine_sharing.py)."""
 
 from __future__ import annotations
 

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 
 import pytest
 import torch
+from machine_sharing import cores_to_myself, free_port
+from machine_sharing import private_caches as private_caches_in
+from reference_runs import ReferenceRuns, shared_root
 
 # the bake's task's: its tiny flags (tiny_args), and its refusals of missing files
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
-from tests.machine import cores_to_myself, free_port
-from tests.machine import private_caches as private_caches_in
-from tests.references import ReferenceRuns, shared_root
 
 ROOT = Path(__file__).resolve().parents[1]
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -64,7 +64,7 @@ def tiny_args(tmp_path: Path) -> list[str]:
 @pytest.fixture(scope="session", autouse=True)
 def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every library cache in this session's folder (shared by its xdist workers): no run reads what another
-    suite's left, or loses what it wrote to another's clean-up (machine.py)."""
+    suite's left, or loses what it wrote to another's clean-up (machine_sharing.py)."""
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "caches"
     with pytest.MonkeyPatch.context() as patch:
@@ -106,7 +106,7 @@ def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def references(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
-    """The session's uninterrupted reference runs, each trained once (tests/references.py)."""
+    """The session's uninterrupted reference runs, each trained once (tests/reference_runs.py)."""
     return ReferenceRuns(shared_root(tmp_path_factory.getbasetemp()))
 
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SAVING, Launch, finish, free_port, kill_at_pause, script_env, wait, wait_until
+from machine_sharing import port_range
+from reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
-from tests.machine import port_range
-from tests.references import ReferenceRuns
 
 RANKS = str(Path(__file__).with_name("ranks.py"))
 

@@ -19,10 +19,10 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SAVING, run_script, run_train, script_env
+from reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
-from tests.references import ReferenceRuns
 
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
 from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
-from {{ cookiecutter.package_name }}.tasks.language_model.inputs import checkpoint_file, hf_config
+from {{ cookiecutter.package_name }}.tasks.language_model.inputs import (
+    checkpoint_file,
+    hf_config,
+)
 
 DESCRIPTION = "Generate text with a checkpoint of train.py or GPT-2 weights. Every default is shown with its reason."
 
