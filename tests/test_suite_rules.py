@@ -16,10 +16,6 @@ HERE = Path(__file__).parent
 ALLOWED_SLEEPS = {
     ("tests/conftest.py", "time.sleep(every)"): "wait_until's poll of a state a run makes, with a deadline",
     ("tests/engine/test_stops.py", "time.sleep(0.02)"): "the pace of a user pressing Ctrl-C again and again",
-    (
-        "tests/engine/test_stops.py",
-        "time.sleep(600)  # held inside the window until the test's SIGTERM, which ends the worker",
-    ): "a loader worker held open in the window the test signals into",
     ("tests/engine/ranks.py", "time.sleep(3600)"): "a rank paused at a step until the test kills its group",
     ("tests/image_classification/pause_ranks.py", "time.sleep(3600)"): "a rank paused until the test kills its group",
 }

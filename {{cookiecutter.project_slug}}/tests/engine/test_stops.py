@@ -115,18 +115,35 @@ def test_a_stop_signal_to_the_process_group_saves_despite_loader_workers_and_res
         assert step_of(last) == 4 * (saved["epoch"] + 1)
 
 
-# my_task.py with loader workers slow to start, at the worst moment: after PyTorch's worker has put in its own
-# SIGTERM handler (which exits the worker), before the loader's worker_init_fn takes the stop signals away from it.
+# my_task.py with its training loader's workers held at the worst moment until the test's SIGTERM comes, which then
+# lands there, on the handlers of that moment: after PyTorch's worker has put in its own SIGTERM handler, before the
+# loader's worker_init_fn takes the stop signals away from it. Validation's workers, forked before training, go on.
 SLOW_WORKER_START = """
-import runpy, sys, time
+import os, runpy, signal, sys
+import lightning as L
 from torch.utils.data._utils import signal_handling
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
+training = False  # what a worker forked from this process finds: True once training has started
+
+class Training(L.Callback):
+    def on_train_start(self, trainer, pl_module):
+        global training
+        training = True
+
+build_callbacks = trainer_module.build_callbacks
+trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), Training()]
 torch_handlers = signal_handling._set_worker_signal_handlers
 
 def slow_start():
     torch_handlers()
-    print("loader worker starting", flush=True)
-    time.sleep(600)  # held inside the window until the test's SIGTERM, which ends the worker
+    if training:
+        print("loader worker starting", flush=True)
+        if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):  # held back, as the engine forks workers
+            signal.sigwait({signal.SIGTERM})
+            os.kill(os.getpid(), signal.SIGTERM)  # pending again, as it would have stayed, for what comes next
+        else:
+            signal.pause()  # the SIGTERM lands on PyTorch's handler
 
 signal_handling._set_worker_signal_handlers = slow_start
 sys.argv[0] = MY_TASK
