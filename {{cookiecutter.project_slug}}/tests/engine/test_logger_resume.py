@@ -16,8 +16,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from .conftest import TOY, run_toy, signalling_task
 
-# 4096 samples in batches of 8: 512 steps an epoch, two epochs, a row per step and a validation row per epoch
-ARGS = [*TOY, "--samples=4096", "--max-epochs=2"]
+# 512 samples in batches of 8: 64 steps an epoch, two epochs, a row per step and a validation row per epoch
+ARGS = [*TOY, "--samples=512", "--max-epochs=2"]
 # The throughput monitor's columns: wall-clock rates, and counts of what this process has trained
 PER_PROCESS = ("per_sec", "time", "train/batches", "train/samples")
 
@@ -43,7 +43,7 @@ def rows(output_dir: Path, logger: str) -> list[Any]:
     ("logger", "stop"),
     [
         ("csv", signal.SIGTERM),  # saved at the stop: the resumed run starts where the logs end
-        # killed some steps after a save (every 100 steps, and at the epoch's end): the resumed run logs them again
+        # killed some steps after a save (every 20 steps, and at the epoch's end): the resumed run logs them again
         ("tensorboard", signal.SIGKILL),
         ("mlflow", signal.SIGTERM),  # its local store; a tracking server keeps the same history
     ],
@@ -53,13 +53,13 @@ def test_a_run_stopped_and_resumed_logs_every_step_once(
 ) -> None:
     if logger == "mlflow":
         pytest.importorskip("mlflow", reason="--logger mlflow's package is not installed here")
-    args = [*ARGS, f"--logger={logger}", "--checkpoint-every=100steps"]
+    args = [*ARGS, f"--logger={logger}", "--checkpoint-every=20steps"]
     whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "stopped"
-    # at step 550: in the second epoch, 50 steps after the save of step 500 (a kill -9 loses those, and logs them again)
+    # at step 90: in the second epoch, 10 steps after the save of step 80 (a kill -9 loses those, and logs them again)
     script = signalling_task(
-        tmp_path / "stops.py", my_task, "on_train_batch_end(self, trainer, *args)", "trainer.global_step == 550", stop
+        tmp_path / "stops.py", my_task, "on_train_batch_end(self, trainer, *args)", "trainer.global_step == 90", stop
     )
     stopped = run_toy(script, *args, f"--output-dir={out}", new_session=True)
     assert stopped.returncode == (128 + stop if stop == signal.SIGTERM else -stop), stopped.stderr[-3000:]
