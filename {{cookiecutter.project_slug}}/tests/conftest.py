@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import pytest
 import torch
-from machine_sharing import cores_to_myself, free_port
+from machine_sharing import cores_to_myself, free_port, session_folder
 from machine_sharing import private_caches as private_caches_in
-from reference_runs import ReferenceRuns, shared_root
+from reference_runs import ReferenceRuns
 
 # the bake's task's: its tiny flags (tiny_args), and its refusals of missing files
 from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
@@ -65,8 +65,7 @@ def tiny_args(tmp_path: Path) -> list[str]:
 def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every library cache in this session's folder (shared by its xdist workers): no run reads what another
     suite's left, or loses what it wrote to another's clean-up (machine_sharing.py)."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "caches"
+    root = session_folder(tmp_path_factory.getbasetemp()) / "caches"
     with pytest.MonkeyPatch.context() as patch:
         for variable, folder in private_caches_in(root).items():
             patch.setenv(variable, folder)
@@ -92,8 +91,7 @@ def multiprocess_tests_one_at_a_time(
     if request.node.get_closest_marker("multiprocess") is None and request.node.originalname not in checks:
         yield
         return
-    base = tmp_path_factory.getbasetemp()
-    with cores_to_myself((base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "multiprocess.lock"):
+    with cores_to_myself(session_folder(tmp_path_factory.getbasetemp()) / "multiprocess.lock"):
         yield
 
 
@@ -107,7 +105,7 @@ def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def references(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
     """The session's uninterrupted reference runs, each trained once (tests/reference_runs.py)."""
-    return ReferenceRuns(shared_root(tmp_path_factory.getbasetemp()))
+    return ReferenceRuns(session_folder(tmp_path_factory.getbasetemp()) / "references")
 
 
 def run_script(

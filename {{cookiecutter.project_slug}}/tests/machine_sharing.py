@@ -39,6 +39,11 @@ CACHES = {
 }
 
 
+def session_folder(basetemp: Path) -> Path:
+    """The folder of this pytest run, which its xdist workers (each with a base folder of its own in it) share."""
+    return basetemp.parent if "PYTEST_XDIST_WORKER" in os.environ else basetemp
+
+
 def first_ephemeral() -> int:
     """Where the kernel's range for bind(0) and outgoing connections starts."""
     try:

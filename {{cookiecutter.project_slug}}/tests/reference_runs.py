@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -49,8 +48,3 @@ def _fill(arg: str, folders: dict[str, Path]) -> str:
     for name, folder in folders.items():
         arg = arg.replace("{" + name + "}", str(folder))
     return arg
-
-
-def shared_root(basetemp: Path) -> Path:
-    """The session's folder for them: the base temporary folder, which xdist workers have one level down."""
-    return (basetemp.parent if "PYTEST_XDIST_WORKER" in os.environ else basetemp) / "references"
