@@ -34,6 +34,7 @@ IMPORTED |= {"litdata", "boto3", "botocore", "moto", "obstore"}
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
 IMPORTED |= {"prepare_data", "streaming_runs", "compile_cache_startup", "checkpoint_blocking", "template_update"}
+IMPORTED |= {"machine_sharing", "reference_runs"}  # the suites' helpers for the machine they share, and references
 # tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
 IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
 IMPORTED |= {"recompiling", "template_update", "unusable_outputs"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from cookiecutter.main import cookiecutter
+from isolation import namespaces_allowed, worker_ports
+from landing import changed_files, guarded, touched
 
 TEMPLATE = Path(__file__).resolve().parents[1]
 CHOICES: dict[str, list[str]] = {
@@ -19,19 +23,65 @@ CHOICES: dict[str, list[str]] = {
 BIN = Path(sys.executable).parent  # ruff, mypy, cruft: installed beside this interpreter
 
 
+# What a landing's tests may take, and how each minute-scale test is held to its share (tests/test_budget.py sums them)
+BUDGET_MINUTES = 40  # CPU-minutes of a landing's tests: 20 minutes of 2 cores, about 30 with the install and the tail
+CPU_SLACK = 1.3  # a test needing more CPU than this times its `minutes` marker fails, saying by how much
+TIME_LIMIT = 3  # times its marker: the wall time after which a minute-scale test's run is killed as hung
+UNMARKED_CPU_MINUTES = 1.0  # a test without a marker that needs more fails: it is minute-scale, give it a marker
+GUARDED_TESTS = guarded()  # what a landing leaves out unless their files change (.ci/guarded.toml)
+LANDING = pytest.StashKey[list[str]]()  # what --landing ran and left out of those, and why
+
+
+def minutes(item: pytest.Item) -> float:
+    """The CPU-minutes a test takes on CI's 2 cores, from its `minutes` marker; 0 for a test of seconds."""
+    marker = item.get_closest_marker("minutes")
+    return float(marker.args[0]) if marker else 0.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--landing",
+        action="store_true",
+        help="leave out each test of .ci/guarded.toml unless a file it guards changed since main (.ci/run's run)",
+    )
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tests of .ci/guarded.toml are marked `guarded` as they are collected, so that `-m guarded` selects them."""
+    if item.nodeid.split("[")[0] in GUARDED_TESTS:
+        item.add_marker(pytest.mark.guarded)
+
+
+def leave_out_guarded(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--landing: the guarded tests none of whose files changed are left out, each named with why (landing.py)."""
+    changed, since = changed_files()
+    said, kept, left = config.stash.setdefault(LANDING, []), [], []
+    for item in items:
+        entry = GUARDED_TESTS.get(item.nodeid.split("[")[0])
+        if entry is None:
+            kept.append(item)
+        elif changed is None or (files := touched(entry, changed)):
+            kept.append(item)
+            said.append(f"runs {item.nodeid}: {since if changed is None else ', '.join(files[:3])} changed")
+        else:
+            left.append(item)
+            said.append(f"skipped {item.nodeid}: {entry.why}; none of its files changed since {since}")
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Minute-long tests first in each xdist worker's share, so that they overlap instead of queueing on one worker.
+    """With --landing, the guarded tests whose files did not change are left out. Then the minute-long tests go first
+    in each xdist worker's share, so that they overlap instead of queueing on one worker. in each xdist worker's share, so that they overlap instead of queueing on one worker.
 
     `--dist worksteal` first hands each of the n workers one contiguous share of the collection, then rebalances
     only tests that have not started. The long ones go to the heads of those shares longest first, each to the share
-    with the fewest minutes so far; a `slow` or `suite` marker's `minutes=` says how long its test takes (default 1).
+    with the fewest minutes so far.
     """
-
-    def minutes(item: pytest.Item) -> float:
-        marker = item.get_closest_marker("suite") or item.get_closest_marker("slow")
-        return float(marker.kwargs.get("minutes", 1)) if marker else 0.0
-
+    if config.getoption("landing"):
+        leave_out_guarded(config, items)
     long = sorted((i for i in items if minutes(i)), key=minutes, reverse=True)
     short = [i for i in items if not minutes(i)]
     workers = getattr(config.option, "numprocesses", None) or 1
@@ -46,6 +96,67 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for share in shares for item in share] + short
 
 
+def children_cpu_minutes() -> float:
+    """CPU time of this process's finished children and theirs: what a test's subprocesses used, whatever the other
+    worker's load (wall time doubles under it, CPU time barely moves)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) / 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Holds each test to its `minutes` marker in CPU time (a test that failed is left to say why itself)."""
+    before = children_cpu_minutes()
+    result = yield
+    used, marked = children_cpu_minutes() - before, minutes(item)
+    item.user_properties += [("cpu_minutes", used), ("marked_minutes", marked)]
+    if marked and used > CPU_SLACK * marked:
+        pytest.fail(
+            f"needed {used:.2f} CPU-minutes, {used / marked:.2f}x its minutes({marked:g}) marker, over the "
+            f"{CPU_SLACK}x allowed by {used - CPU_SLACK * marked:.2f}: make it cheaper, or raise its marker and make "
+            "room for it in the budget (tests/test_budget.py)",
+            pytrace=False,
+        )
+    if not marked and used > UNMARKED_CPU_MINUTES:
+        pytest.fail(
+            f"needed {used:.2f} CPU-minutes without a minutes marker: give it @pytest.mark.minutes(...) so that the "
+            "budget (tests/test_budget.py) counts it",
+            pytrace=False,
+        )
+    return result
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """What --landing left out and why; each minute-scale test's CPU-minutes beside its marker, and the rest together:
+    what the markers are set from."""
+    if config.stash.get(LANDING, []):
+        terminalreporter.section("guarded tests (.ci/guarded.toml; all of them: pytest -m guarded)")
+        for line in config.stash[LANDING]:
+            terminalreporter.write_line(line)
+    reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, []) if r.when == "call"]
+    timed = [(dict(r.user_properties), r.nodeid) for r in reports if dict(r.user_properties).get("cpu_minutes")]
+    if not timed:
+        return
+    terminalreporter.section("CPU-minutes of each test's subprocesses (conftest.py)")
+    for props, nodeid in sorted(timed, key=lambda t: -t[0]["marked_minutes"]):
+        if props["marked_minutes"]:
+            terminalreporter.write_line(
+                f"{props['cpu_minutes']:6.2f} of minutes({props['marked_minutes']:g})  {nodeid}"
+            )
+    rest = sum(props["cpu_minutes"] for props, _ in timed if not props["marked_minutes"])
+    terminalreporter.write_line(
+        f"{rest:6.2f} in the {sum(1 for p, _ in timed if not p['marked_minutes'])} tests without a marker"
+    )
+
+
+@pytest.fixture
+def time_limit(request: pytest.FixtureRequest) -> float:
+    """Seconds a minute-scale test's run may take before it is killed as hung: TIME_LIMIT times its marker."""
+    marked = minutes(request.node)
+    assert marked, "a test with a time limit carries @pytest.mark.minutes(...)"
+    return TIME_LIMIT * 60 * marked
+
+
 def bake(output_dir: Path, **answers: str) -> Path:
     """`cookiecutter --no-input TEMPLATE key=value ...` into output_dir; returns the project folder."""
     return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(output_dir)))
@@ -55,15 +166,64 @@ def run(
     *cmd: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """A tool in a bake, one thread, without the PYTEST_* variables of this (possibly xdist) run leaking into it;
-    `env` adds to (or overrides) the inherited environment."""
+    `env` adds to (or overrides) the inherited environment. It leads a process group of its own: past `timeout` the
+    whole group is killed (a hung suite's runs too, not only its pytest) and the test fails with what it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         **(env or {}),
     }
-    return subprocess.run(
-        [str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    command = [str(c) for c in cmd]
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            pytest.fail(f"{' '.join(command[:6])}... killed after {timeout:.0f} s:\n{out[-4000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+# Every library cache the template's own runs would share with the machine (the bakes' suites point theirs into their
+# own sessions' folders, tests/machine_sharing.py): uv's and npm's are left shared on purpose, as a developer's are
+CACHES = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "HF_HOME": "huggingface",
+    "TORCH_HOME": "torch",
+    "MPLCONFIGDIR": "matplotlib",
+    "WANDB_CACHE_DIR": "wandb/cache",
+    "WANDB_CONFIG_DIR": "wandb/config",
+    "WANDB_DATA_DIR": "wandb/data",
+    "LITDATA_CACHE_DIR": "litdata",
+}
+
+
+def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this pytest run, shared by its xdist workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    root = session_folder(tmp_path_factory) / "caches"
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, folder in CACHES.items():
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            patch.setenv(variable, str(root / folder))
+        yield
+
+
+@pytest.fixture(scope="session")
+def suite_isolation(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, str]]:
+    """What a bake's suite is run under (tests/isolation.py): the command prefix that gives it a network namespace of
+    its own where the machine allows, and the variables that hand it this worker's ports and the run's lock of the
+    cores for its multi-process tests."""
+    prefix = [sys.executable, str(Path(__file__).with_name("isolation.py"))] if namespaces_allowed() else []
+    lock = session_folder(tmp_path_factory) / "multiprocess.lock"
+    return prefix, {"TEST_PORT_RANGE": worker_ports(), "TEST_MULTIPROCESS_LOCK": str(lock)}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,38 +14,14 @@ FP32_EAGER_NCHW_MLFLOW = {"precision": "32-true", "compile": "no", "channels_las
 
 
 # The engine's suite (tests/engine/) runs the toy task with every flag a bake's answers set a default for pinned
-# (accelerator, precision, strategy, logger; compile is off on a CPU whatever the answer): each task's defaults bake
-# runs it whole, the image task's other bakes only these few, which read the answers or take seconds. ENGINE in a list
-# below: the bake's other tests/engine/ files, whoever added them.
-ENGINE_IN_EVERY_BAKE = ["engine/test_config.py", "engine/test_layout.py"]
+# (accelerator, precision, strategy, logger; compile is off on a CPU whatever the answer), and the image task's suite
+# pins them too: each task's defaults bake runs them whole. The other bakes run only the files that read an answer,
+# which the test below finds to be the only files that differ between the bakes. ENGINE in a list below: the bake's
+# tests/engine/ files but ENGINE_IN_EVERY_BAKE (its defaults are the answers, and it runs the bake's own scripts).
+ENGINE_IN_EVERY_BAKE = ["engine/test_config.py"]
 ENGINE = "engine/*"
-
-# The image task's minute-long files whose runs pin those flags too: they run in the defaults bake only, keeping CI
-# within its time.
-IMAGE_ANSWER_INDEPENDENT = [
-    f"image_classification/{name}"
-    for name in (
-        "test_checkpoints.py",
-        "test_resume.py",
-        "test_distributed.py",
-        "test_predict.py",
-        "test_export.py",
-        "test_folder_resume.py",
-        "test_transforms.py",
-        "test_data.py",
-        "test_finetune.py",
-        "test_fsdp_layout.py",
-        "test_tool_stops.py",
-        "test_validation_stop.py",
-        "test_inputs.py",
-        "test_resume_changes.py",
-        "test_bench.py",
-        "test_sweep.py",
-        "test_streaming.py",
-        # on a CPU, the GPU tests' twins pass --accelerator, --precision, --compile and --channels-last themselves
-        "gpu",
-    )
-]
+ANSWER_READERS = [*ENGINE_IN_EVERY_BAKE, "image_classification/test_config.py"]
+ANSWER_HOLDERS = ["engine/config.py"]  # under src/<package>/: the answers as the engine's defaults
 
 # The defaults bake's suite is split so that its parts share the two CI cores: the engine's suite (its signal and
 # multi-process files a part of their own), the image task's stop-and-resume files, and the sweep's (a few minutes of
@@ -68,17 +44,19 @@ SWEEP = ["image_classification/test_sweep.py"]
 IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
-SUITES = {  # id: (answers, files left out, the only files run, minutes measured on 2 cores: conftest.py deals by it)
-    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 8),
-    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 14),
-    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 10),
+# id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). Measured on 2 cores
+# (conftest.py's summary, and /usr/bin/time), rounded up by about a tenth
+SUITES = {
+    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 5.5),
+    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 12),
+    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 7),
     "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
-    "defaults-sweep": ({}, [], SWEEP, 4),
-    "defaults-streaming": ({}, [], IMAGE_STREAMING, 6),
-    "fp16-fsdp-csv": (FP16_FSDP_CSV, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 4),
-    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [ENGINE, *IMAGE_ANSWER_INDEPENDENT], [], 4),
-    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 11),
-    "language-model-streaming": (LM, [], LM_STREAMING, 3),
+    "defaults-sweep": ({}, [], SWEEP, 3.5),
+    "defaults-streaming": ({}, [], IMAGE_STREAMING, 4),
+    "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.5),
+    "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [], ANSWER_READERS, 0.5),
+    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 6.5),
+    "language-model-streaming": (LM, [], LM_STREAMING, 4),
     # The language model's bake runs its own conformance suite (tests/language_model/), and the engine's suite once,
     # in the defaults bake: the test below proves that suite, the engine and the README's task the same in every bake.
 }
@@ -97,56 +75,101 @@ def expand(names: list[str], project: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     ("answers", "left_out", "only_these"),
-    [pytest.param(a, out, only, id=k, marks=pytest.mark.suite(minutes=m)) for k, (a, out, only, m) in SUITES.items()],
+    [
+        pytest.param(a, out, only, id=k, marks=[pytest.mark.suite, pytest.mark.minutes(m)])
+        for k, (a, out, only, m) in SUITES.items()
+    ],
 )
 def test_generated_suite_passes(
-    tmp_path: Path, answers: dict[str, str], left_out: list[str], only_these: list[str]
+    tmp_path: Path,
+    time_limit: float,
+    suite_isolation: tuple[list[str], dict[str, str]],
+    answers: dict[str, str],
+    left_out: list[str],
+    only_these: list[str],
 ) -> None:
     project = bake(tmp_path, **answers)
     if answers.get("task") != "language-model":  # a file the image bake's lists name and the bake lacks: update them
-        expand([*IMAGE_ANSWER_INDEPENDENT, *IMAGE_STOPS_AND_RESUMES, *ENGINE_IN_EVERY_BAKE, *ENGINE_PROCESSES], project)
+        expand([*ANSWER_READERS, *IMAGE_STOPS_AND_RESUMES, *ENGINE_PROCESSES], project)
     only = [f"tests/{name}" for name in expand(only_these, project)]
     skip = [f"--ignore=tests/{name}" for name in expand(left_out, project)]
-    result = run(
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only, cwd=project, timeout=1200
-    )
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
 
 
+def sources(project: Path, package: str, task: str) -> dict[str, str]:
+    """The engine, the task, their suites and the README's toy task, by path, the package named P in both."""
+    readme = (project / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
+    files = {"README.md#Bring your own task": readme}
+    folders = [project / "src" / package / "engine", project / "src" / package / "tasks" / task]
+    paths = [
+        path
+        for folder in [*folders, project / "tests" / "engine", project / "tests" / task]
+        for path in sorted(folder.rglob("*.py"))
+    ]
+    for path in [*paths, *sorted((project / "tests").glob("*.py"))]:  # and the helpers every suite shares
+        files[str(path.relative_to(project)).replace(f"src/{package}/", "src/P/")] = path.read_text()
+    # the package as code names it (a comment may name the other task's folder, language_model, as a word)
+    return {n: t.replace(f"{package}.engine", "P.engine").replace(f'"{package}"', '"P"') for n, t in files.items()}
+
+
 def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: Path) -> None:
-    """What lets the defaults bake's run of tests/engine/ stand for every bake's (it takes 20 minutes of CI a bake):
-    the engine, its suite and the README's toy task that suite trains are the same files but for the package name."""
+    """What lets a task's defaults bake stand for its other bakes, and the image task's run of tests/engine/ for every
+    bake's (20 minutes of CI a bake): the engine, its suite and the README's toy task that suite trains are the same
+    files in every bake but for the package name, and a task's files and suite the same in each of its bakes but for
+    the files that read an answer, which every bake runs."""
+    image = sources(bake(tmp_path / "image"), "image_classifier", "image_classification")
+    language = sources(bake(tmp_path / "language", **LM), "language_model", "language_model")
+    engine = [n for n in image if n.startswith(("README.md", "src/P/engine/", "tests/engine/"))]
+    assert len(engine) > 40, "the engine and its suite were not found"
+    assert [n for n in engine if image[n] != language.get(n)] == []
+    assert sorted(n for n in language if n.startswith(("src/P/engine/", "tests/engine/")) and n not in image) == []
 
-    def engine_files(project: Path, package: str) -> dict[str, str]:
-        readme = (project / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-        files = {"README.md#Bring your own task": readme}
-        for folder in (project / "src" / package / "engine", project / "tests" / "engine"):
-            for path in sorted(folder.rglob("*.py")):
-                files[str(path.relative_to(project)).replace(package, "PACKAGE")] = path.read_text()
-        # the package as code names it (a comment may name the other task's folder, language_model, as a word)
-        return {n: t.replace(f"{package}.engine", "P.engine").replace(f'"{package}"', '"P"') for n, t in files.items()}
+    readers = {f"tests/{name}" for name in ANSWER_READERS} | {f"src/P/{name}" for name in ANSWER_HOLDERS}
+    for name, answers in (("fp16", FP16_FSDP_CSV), ("fp32", FP32_EAGER_NCHW_MLFLOW)):
+        other = sources(bake(tmp_path / name, **answers), "image_classifier", "image_classification")
+        assert sorted(other) == sorted(image)
+        differ = {n for n in image if image[n] != other[n]}
+        assert differ and differ <= readers, f"{name}: read an answer but are not run in its bake: {differ - readers}"
+    assert len([n for n in image if n.startswith("tests/image_classification/")]) > 20, "the task's suite was found"
 
-    image = engine_files(bake(tmp_path / "image"), "image_classifier")
-    language = engine_files(bake(tmp_path / "language", **LM), "language_model")
-    assert sorted(image) == sorted(language)
-    assert len(image) > 40, "the engine and its suite were not found"
-    assert [name for name in image if image[name] != language[name]] == []
+
+ZOO = "image_classification/test_model_zoo.py"  # every model --model can name: guarded (.ci/guarded.toml)
 
 
 @pytest.mark.parametrize(
     "task",
     [
-        pytest.param("image-classification", marks=pytest.mark.suite(minutes=6)),
-        pytest.param("language-model", marks=pytest.mark.suite(minutes=2)),
+        pytest.param("image-classification", marks=[pytest.mark.suite, pytest.mark.minutes(0.5)]),
+        pytest.param("language-model", marks=[pytest.mark.suite, pytest.mark.minutes(2)]),
     ],
 )
-def test_generated_slow_tests_pass(tmp_path: Path, task: str) -> None:
-    """`pytest -m slow` of each task's default bake. Images: every model --model can name trains, and pretrained
-    weights transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
+def test_generated_slow_tests_pass(
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], task: str
+) -> None:
+    """`pytest -m slow` of each task's default bake, but the model zoo (the test below). Images: pretrained weights
+    transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
     project = bake(tmp_path, task=task)
-    result = run(
-        sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", cwd=project, timeout=2400
-    )
+    zoo = [f"--ignore=tests/{ZOO}"] if (project / "tests" / ZOO).exists() else []
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", *zoo]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
+
+
+@pytest.mark.suite
+@pytest.mark.minutes(10)
+def test_generated_model_zoo_trains_every_model(
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]]
+) -> None:
+    """Every torchvision classifier and a sample of timm families trains a step in the image task's default bake."""
+    project = bake(tmp_path)
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", f"tests/{ZOO}"]
+    result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,27 +17,21 @@ from conftest import BIN, TEMPLATE, bake, run
 from jsonschema.validators import validator_for
 from test_cruft import GIT_ENV, commit_all, cruft, git
 
-# Renovate's own validator, pinned like every other tool: npx fetches it once into npm's cache (about 40 s and
-# 0.5 GB the first time on this machine, a second or two after that).
-RENOVATE = "renovate@44.121.2"
-NPX = shutil.which("npx")
+# Renovate's own validator, its whole tree pinned by .ci/renovate/package-lock.json and installed by `npm ci` in CI's
+# setup step (.ci/run), which tries the registry three times and then stops CI with npm's error: a registry that fails
+# fails the setup, loudly, and never turns this check into a skip
+VALIDATOR = TEMPLATE / ".ci" / "renovate" / "node_modules" / ".bin" / "renovate-config-validator"
+INSTALL = "npm ci --prefix .ci/renovate --ignore-scripts"
+NODE = shutil.which("node")
 
 
 def renovate_validator(project: Path) -> subprocess.CompletedProcess[str]:
-    """The validator's verdict on the bake's renovate.json. npm installing it can fail for a while on the registry's
-    side (seen here: a package listed by its dependant before the registry served it, "npm error code ETARGET"): that
-    is tried again, then skipped with npm's reason, never taken for the validator's answer."""
-    command = [NPX or "npx", "--yes", "--package", RENOVATE, "renovate-config-validator", "--strict", "--no-global"]
-    for attempt in range(3):
-        result = run(*command, "renovate.json", cwd=project, timeout=600)
-        npm_failed = [line for line in result.stderr.splitlines() if line.startswith("npm error code")]
-        if not npm_failed:
-            return result
-        time.sleep(30 * (attempt + 1))
-    pytest.skip(f"npm could not install {RENOVATE} ({npm_failed[0]}): {result.stderr.strip()[-300:]}")
+    """The validator's verdict on the bake's renovate.json."""
+    assert VALIDATOR.exists(), f"Renovate's validator is not installed: run `{INSTALL}` (CI's setup step does)"
+    return run(VALIDATOR, "--strict", "--no-global", "renovate.json", cwd=project, timeout=120)
 
 
-@pytest.mark.skipif(NPX is None, reason="Renovate's validator needs Node.js (npx), which is not installed")
+@pytest.mark.skipif(NODE is None, reason="Renovate's validator needs Node.js, which is not installed")
 def test_renovate_config_passes_renovates_validator_and_groups_what_moves_together(tmp_path: Path) -> None:
     project = bake(tmp_path, dependency_bot="renovate", cooldown_days="5")
     assert not (project / ".github" / "dependabot.yml").exists(), "one bot, or every update comes twice"

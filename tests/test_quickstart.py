@@ -14,8 +14,9 @@ from cookiecutter.main import cookiecutter
 TEMPLATE = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow(minutes=4)
-def test_readme_quickstart_trains_above_90_percent(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.minutes(2.5)
+def test_readme_quickstart_trains_above_90_percent(tmp_path: Path, time_limit: float) -> None:
     project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path)))
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
     result = subprocess.run(
@@ -24,7 +25,7 @@ def test_readme_quickstart_trains_above_90_percent(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=time_limit,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -22,7 +22,8 @@ needs_uv = pytest.mark.skipif(not (BIN / "uv").exists(), reason="uv is not insta
 
 
 @needs_uv
-@pytest.mark.slow(minutes=1)  # half a minute more the first time on a machine: uv downloads torch
+@pytest.mark.slow
+@pytest.mark.minutes(1)  # half a minute more the first time on a machine: uv downloads torch
 def test_a_fresh_bake_installs_with_uv_sync_and_trains(tmp_path: Path) -> None:
     project = bake(tmp_path, python_version=HERE)
     synced = run(*UV, "sync", "--python", sys.executable, cwd=project, timeout=900)

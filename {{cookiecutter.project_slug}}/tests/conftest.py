@@ -8,21 +8,25 @@ files at tests/ itself import this one as `conftest` (pyproject's pythonpath has
 
 from __future__ import annotations
 
+import contextlib
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
+from machine_sharing import cores_to_myself, free_port, session_folder
+from machine_sharing import private_caches as private_caches_in
+from reference_runs import ReferenceRuns
 
-from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import TINY  # the bake's task's: tiny_args
+# the bake's task's: its tiny flags (tiny_args), and its refusals of missing files
+from tests.{{ cookiecutter.task.replace("-", "_") }}.conftest import MISSING_INPUTS, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -30,6 +34,7 @@ SAVING = pytest.mark.parametrize(
     "formats", [[], ["--checkpoint-format=sharded", "--async-save"]], ids=["file", "sharded-async"]
 )
 __all__ = [
+    "MISSING_INPUTS",
     "ROOT",
     "TIMEOUT",
     "TINY",
@@ -37,12 +42,16 @@ __all__ = [
     "edited",
     "finish",
     "free_port",
+    "heavy_imports_blocked",
     "kill_at_pause",
     "launch",
     "one_error_line",
     "run_script",
     "run_train",
+    "script_env",
     "wait",
+    "wait_until",
+    "without_heavy_imports",
 ]
 
 
@@ -52,24 +61,51 @@ def tiny_args(tmp_path: Path) -> list[str]:
     return [*TINY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}"]
 
 
-def free_port() -> int:
-    """A port for a store that processes started next will bind (MASTER_PORT, torchrun's endpoint) after seconds of
-    importing torch. bind(0) and outgoing connections draw from the kernel's ephemeral range, so a port from there
-    can be handed to another test's store in between, and a rendezvous then joins that store and dies with it (as
-    CI once saw); a port below that range is never handed out, only bound by whoever asks for it."""
-    try:
-        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: IANA's range, which macOS and Windows use
-        first_ephemeral = 49152
-    pick = random.SystemRandom()
-    while True:
-        port = pick.randrange(10000, first_ephemeral)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # bound by another process now: try another
-                continue
-            return port
+@pytest.fixture(scope="session", autouse=True)
+def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every library cache in this session's folder (shared by its xdist workers): no run reads what another
+    suite's left, or loses what it wrote to another's clean-up (machine_sharing.py)."""
+    root = session_folder(tmp_path_factory.getbasetemp()) / "caches"
+    with pytest.MonkeyPatch.context() as patch:
+        for variable, folder in private_caches_in(root).items():
+            patch.setenv(variable, folder)
+        yield root
+
+
+@pytest.fixture(autouse=True)
+def master_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every run a test starts, a plain --devices 2 included, meets its ranks on a port of this worker's range: where
+    Lightning picks one itself, it binds in the ephemeral range, which another process may have been handed."""
+    port = free_port()
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    return port
+
+
+@pytest.fixture(autouse=True)
+def multiprocess_tests_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test marked `multiprocess` (or a conformance check its class names in `multiprocess_checks`) waits for any
+    other such test on the machine to end: two runs of two ranks each on two cores starve each other into timeouts."""
+    checks = getattr(getattr(request.node, "cls", None), "multiprocess_checks", ())
+    if request.node.get_closest_marker("multiprocess") is None and request.node.originalname not in checks:
+        yield
+        return
+    with cores_to_myself(session_folder(tmp_path_factory.getbasetemp()) / "multiprocess.lock"):
+        yield
+
+
+def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment, src/ and the root importable even if the project is not installed, one thread per process
+    on shared cores; `extra` adds to it."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(extra or {})}
+
+
+@pytest.fixture(scope="session")
+def references(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
+    """The session's uninterrupted reference runs, each trained once (tests/reference_runs.py)."""
+    return ReferenceRuns(session_folder(tmp_path_factory.getbasetemp()) / "references")
 
 
 def run_script(
@@ -83,8 +119,7 @@ def run_script(
     """`python SCRIPT ARGS` in a fresh process, as a user would run it: src/ and the root importable even if the
     project is not installed, one thread per process on shared cores. SCRIPT is relative to the root, or absolute;
     `env` adds to the inherited environment; `new_session` for a script that signals its own process group."""
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env = script_env(env)
     command = [sys.executable, str(ROOT / script), *args]
     try:
         return subprocess.run(
@@ -119,8 +154,7 @@ def launch() -> Iterator[Launch]:
     started: list[subprocess.Popen[str]] = []
 
     def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        path = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-        full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
+        full_env = script_env(env)
         process = subprocess.Popen(
             cmd,
             cwd=ROOT,
@@ -138,6 +172,23 @@ def launch() -> Iterator[Launch]:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
+
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], process: subprocess.Popen[Any] | None, what: str, every: float = 0.01) -> T:
+    """The first true value of `condition`, a state a run makes (a file, a step saved in it), polled while `process`
+    goes on: a run that ends first, or a state that never comes within TIMEOUT, fails the test naming `what`. The
+    suite waits on states, never for a length of time; this poll is its one allowed sleep."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (found := condition()):
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the run ended (exit {process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {TIMEOUT} s")
+        time.sleep(every)
+    return found
 
 
 def wait(process: subprocess.Popen[str]) -> str:
@@ -181,3 +232,25 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, err
     return lines[0]
+
+
+HEAVY = ("torch", "lightning")  # what a refusal that names a flag or a file must answer before: seconds of imports
+
+
+def without_heavy_imports(folder: Path) -> dict[str, str]:
+    """An environment (for run_script's `env`) in which importing torch or Lightning fails with a traceback: a script
+    that answers with one line there answered before either loaded."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in HEAVY:
+        (folder / f"{name}.py").write_text(f"raise ImportError('{name} was imported before the answer')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(folder), str(ROOT / "src"), str(ROOT)])}
+
+
+@contextlib.contextmanager
+def heavy_imports_blocked() -> Iterator[None]:
+    """In this process: an `import torch` or `import lightning` run inside the block raises ImportError, so a refusal
+    that comes out of it was given before the entry point imported either (modules loaded earlier stay usable)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in HEAVY:
+            patch.setitem(sys.modules, name, None)  # type: ignore[arg-type]  # None: "import halted"
+        yield

@@ -32,6 +32,9 @@ LAYOUTS = {
     "ddp": ["--accelerator=cpu", "--devices=2", "--strategy=ddp"],
     "nodes": ["--accelerator=cpu", "--devices=1", "--num-nodes=2", "--strategy=ddp"],
 }
+# The layouts are the engine's (StreamedItems, its loaders): the language model's suite stops and resumes in each, the
+# image task's on one device, which proves its own items (decoded images) resume exactly
+EVERY_LAYOUT = [pytest.param(name, marks=[] if name == "one device" else pytest.mark.multiprocess) for name in LAYOUTS]
 COUNTS = ("batches", "samples", "tokens", "time")  # what a resumed process counts from its own start
 PAUSE = 6  # the kill -9 comes after this step's checkpoint: mid-way through the second epoch in every layout
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 class SignalHere(L.Callback):
     def {hook}:
         if {condition}:
-            os.killpg(os.getpgid(0), signal.SIGTERM)
+            os.killpg(os.getpgid(0), {signum})
 
 spec = importlib.util.spec_from_file_location("my_task", {program!r})
 task = importlib.util.module_from_spec(spec)
@@ -88,8 +89,10 @@ main(task.TASK, sys.argv[1:])
 """
 
 
-def signalling_task(script: Path, my_task: Path, hook: str, condition: str) -> Path:
-    """`script`: my_task.py sending SIGTERM to its process group in callback `hook` (its signature) when `condition`
+def signalling_task(
+    script: Path, my_task: Path, hook: str, condition: str, signum: signal.Signals = signal.SIGTERM
+) -> Path:
+    """`script`: my_task.py sending `signum` to its process group in callback `hook` (its signature) when `condition`
     holds; run it with `run_toy(script, ..., new_session=True)`."""
-    script.write_text(SIGNALS_ITSELF.format(program=str(my_task), hook=hook, condition=condition))
+    script.write_text(SIGNALS_ITSELF.format(program=str(my_task), hook=hook, condition=condition, signum=int(signum)))
     return script

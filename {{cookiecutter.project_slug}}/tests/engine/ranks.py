@@ -9,6 +9,7 @@ A script, not a function: Lightning starts the other local ranks by running this
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pau
             "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
             "global_step": trainer.global_step,
             "world_size": trainer.world_size,
+            "master_port": os.environ.get("MASTER_PORT"),  # where the ranks met
         }
         torch.save(dump, self.folder / f"rank{trainer.global_rank}.pt")
 

@@ -8,20 +8,25 @@ import os
 import pickle
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
-from conftest import SAVING, TIMEOUT, Launch, finish, free_port, kill_at_pause, wait
+from conftest import ROOT, SAVING, Launch, finish, free_port, kill_at_pause, script_env, wait, wait_until
+from machine_sharing import port_range
+from reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.engine.checkpoints import resume_path
 from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 
 RANKS = str(Path(__file__).with_name("ranks.py"))
+
+
+def without_output_dir(args: list[str]) -> list[str]:
+    return [arg for arg in args if not arg.startswith("--output-dir=")]
 
 
 def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
@@ -71,17 +76,24 @@ def test_scale_out_options_are_checked_early(options: dict[str, object], message
         Config(strategy="ddp", **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.multiprocess
 @SAVING
 def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
-    formats: list[str], launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+    formats: list[str], launch: Launch, references: ReferenceRuns, my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
-    """Sharded: both ranks write their share of the same tensors (DCP spreads them), in the background."""
-    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--samples=64", "--max-epochs=2", *formats]  # 4 steps an epoch
+    """Sharded: both ranks write their share of the same tensors (DCP spreads them), in the background, and end as
+    the uninterrupted run of one file (trained once for both ways of saving). The ranks meet on a port conftest.py
+    drew from its worker's range, not one Lightning picks in the ephemeral range."""
+    layout = ["--devices=2", "--strategy=ddp", "--samples=64", "--max-epochs=2"]  # 4 steps an epoch
     ddp = [sys.executable, RANKS, str(my_task)]
-    finish(launch([*ddp, str(tmp_path / "whole"), "0", *args, f"--output-dir={tmp_path / 'uninterrupted'}"]))
+    whole_run = [*ddp, "{dump}", "0", *without_output_dir(tiny_args), *layout, "--output-dir={out}"]
+    references.copy(whole_run, {"dump": tmp_path / "whole", "out": tmp_path / "uninterrupted"}, ROOT, script_env())
     whole = load_ranks(tmp_path / "whole", 2)
     assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
     assert_ranks_agree(whole)
+    ports = {int(rank["master_port"]) for rank in whole}
+    assert len(ports) == 1 and ports <= set(port_range()), ports
+    args = [*tiny_args, *layout, *formats]
 
     # killed after the periodic checkpoint of step 6, mid-epoch, all ranks at once, as by the OOM killer or a lost node
     at = 6
@@ -111,6 +123,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
         assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/loss"] == whole[0]["metrics"]["val/loss"]
 
 
+@pytest.mark.multiprocess
 def test_two_nodes_under_torchrun_train_as_one_job(
     launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
@@ -150,11 +163,8 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
 
     first = launch(job, env)
-    deadline = time.monotonic() + TIMEOUT
-    while not last.exists():  # after the first epoch the training loop, and Lightning's handlers, are running
-        assert first.poll() is None, first.communicate()[0][-3000:]
-        assert time.monotonic() < deadline, "no checkpoint from the first epoch"
-        time.sleep(0.05)
+    # after the first epoch's checkpoint the training loop, and Lightning's handlers, are running
+    wait_until(last.exists, first, "the first epoch's checkpoint")
     os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
     output = wait(first)
     assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]

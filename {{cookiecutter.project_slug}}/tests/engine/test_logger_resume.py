@@ -8,18 +8,16 @@ from __future__ import annotations
 import csv
 import signal
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from .conftest import TOY, run_toy
-from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
+from .conftest import TOY, run_toy, signalling_task
 
-# 4096 samples in batches of 8: 512 steps an epoch, two epochs, a row per step and a validation row per epoch
-ARGS = [*TOY, "--samples=4096", "--max-epochs=2"]
+# 512 samples in batches of 8: 64 steps an epoch, two epochs, a row per step and a validation row per epoch
+ARGS = [*TOY, "--samples=512", "--max-epochs=2"]
 # The throughput monitor's columns: wall-clock rates, and counts of what this process has trained
 PER_PROCESS = ("per_sec", "time", "train/batches", "train/samples")
 
@@ -45,31 +43,26 @@ def rows(output_dir: Path, logger: str) -> list[Any]:
     ("logger", "stop"),
     [
         ("csv", signal.SIGTERM),  # saved at the stop: the resumed run starts where the logs end
-        # killed some steps after a save (every 100 steps, and at the epoch's end): the resumed run logs them again
+        # killed some steps after a save (every 20 steps, and at the epoch's end): the resumed run logs them again
         ("tensorboard", signal.SIGKILL),
         ("mlflow", signal.SIGTERM),  # its local store; a tracking server keeps the same history
     ],
 )
 def test_a_run_stopped_and_resumed_logs_every_step_once(
-    my_task: Path,
-    runs: list[Run],  # noqa: F811  # the fixture imported above
-    tmp_path: Path,
-    logger: str,
-    stop: int,
+    my_task: Path, tmp_path: Path, logger: str, stop: signal.Signals
 ) -> None:
     if logger == "mlflow":
         pytest.importorskip("mlflow", reason="--logger mlflow's package is not installed here")
-    args = [*ARGS, f"--logger={logger}", "--checkpoint-every=100steps"]
+    args = [*ARGS, f"--logger={logger}", "--checkpoint-every=20steps"]
     whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "stopped"
-    run = Run(my_task, *args, f"--output-dir={out}")
-    runs.append(run)
-    run.wait_for("epoch 2/2  batch 1/512")
-    time.sleep(0.5)  # some rows later, in the second epoch
-    run.signal_group(stop)
-    code, output = run.finish()
-    assert code == (128 + stop if stop == signal.SIGTERM else -stop), output[-3000:]
+    # at step 90: in the second epoch, 10 steps after the save of step 80 (a kill -9 loses those, and logs them again)
+    script = signalling_task(
+        tmp_path / "stops.py", my_task, "on_train_batch_end(self, trainer, *args)", "trainer.global_step == 90", stop
+    )
+    stopped = run_toy(script, *args, f"--output-dir={out}", new_session=True)
+    assert stopped.returncode == (128 + stop if stop == signal.SIGTERM else -stop), stopped.stderr[-3000:]
     before = rows(out, logger)
     assert 0 < len(before) < len(rows(tmp_path / "whole", logger)), "the stopped run had logged part of the rows"
     resumed = run_toy(my_task, *args, f"--output-dir={out}", "--resume=last")

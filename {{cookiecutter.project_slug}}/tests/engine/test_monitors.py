@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, wait_until
 
 from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
@@ -101,8 +101,8 @@ def test_after_a_mid_epoch_resume_the_epoch_line_times_this_run_not_the_machine(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     ) as first:
-        while first.poll() is None and not (last.exists() and torch.load(last, weights_only=True)["global_step"] >= 3):
-            time.sleep(0.05)
+        saved = lambda: last.exists() and torch.load(last, weights_only=True)["global_step"] >= 3  # noqa: E731
+        wait_until(saved, first, "a checkpoint of step 3")
         os.killpg(first.pid, signal.SIGKILL)  # mid-epoch
     started = time.monotonic()
     resumed = run_toy(my_task, *args, "--resume=last")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, SAVING, free_port
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
@@ -18,6 +19,7 @@ from {{ cookiecutter.package_name }}.engine import read_checkpoint
 LAUNCHERS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
+@pytest.mark.multiprocess
 @SAVING
 def test_two_nodes_sharing_an_output_dir_both_train_and_exit_0(
     formats: list[str], my_task: Path, tiny_args: list[str], tmp_path: Path

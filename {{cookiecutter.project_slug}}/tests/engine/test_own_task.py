@@ -4,28 +4,17 @@ runs it, from the command line, with the README's own text as the program."""
 from __future__ import annotations
 
 import csv
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from conftest import ROOT
 
 from .conftest import TOY, run_toy
 
 SMALL = [*TOY, "--batch-size=32", "--samples=512", "--log-every-n-steps=4"]
-
-
-def command(program: Path, *args: str) -> tuple[list[str], dict[str, str]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return [sys.executable, str(program), *args], env
 
 
 def test_the_readme_names_the_command_that_trains_it() -> None:
@@ -61,6 +50,7 @@ def test_a_run_resolves_the_hardware_logs_throughput_and_keeps_the_lowest_val_lo
     assert re.search(rf"best val/loss={min(val):.4f}  test/loss=\d\.\d+  train throughput=\d+ samples/s", done.stdout)
 
 
+@pytest.mark.multiprocess
 def test_two_devices_run_ddp(my_task: Path, tmp_path: Path) -> None:
     done = run_toy(my_task, *SMALL, "--devices=2", "--max-epochs=1", f"--output-dir={tmp_path / 'ddp'}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -68,6 +58,7 @@ def test_two_devices_run_ddp(my_task: Path, tmp_path: Path) -> None:
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in done.stdout + done.stderr
 
 
+@pytest.mark.multiprocess
 def test_two_ranks_test_an_odd_split_as_one_device_does(my_task: Path, tmp_path: Path) -> None:
     """9 test samples on 2 ranks: Lightning's padded split counted one twice, and its mean over ranks rounded the
     sample count 4.5 down to 4, so the same checkpoint tested on 2 ranks gave another test/loss than on one device."""
@@ -97,44 +88,6 @@ def test_two_ranks_test_an_odd_split_as_one_device_does(my_task: Path, tmp_path:
         with open(run / "logs" / "version_0" / "metrics.csv") as f:
             tested += [float(r["test/loss"]) for r in csv.DictReader(f) if r.get("test/loss")]
     assert len(tested) == 2 and tested[1] == pytest.approx(tested[0], rel=1e-6), tested
-
-
-def test_sigterm_to_the_group_saves_and_resume_ends_bit_identical_to_an_uninterrupted_run(
-    my_task: Path, tmp_path: Path
-) -> None:
-    long = [*SMALL, "--samples=2048", "--batch-size=8", "--max-steps=600", "--max-epochs=1000"]
-    whole = run_toy(my_task, *long, f"--output-dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    out = tmp_path / "stopped"
-    cmd, env = command(my_task, *long, f"--output-dir={out}")
-    process = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:  # the first progress line: training is under way
-        lines.append(line)
-        if " batch " in line and " step " in line:
-            break
-    time.sleep(0.5)
-    os.killpg(process.pid, signal.SIGTERM)  # as timeout, SLURM and a closing terminal send it: the whole group
-    lines.append(process.communicate(timeout=300)[0])
-    assert process.returncode == 128 + signal.SIGTERM, "".join(lines)[-3000:]
-    stopped_at = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
-    assert 0 < stopped_at < 600, "stopped mid-run"
-    resumed = run_toy(my_task, *long, f"--output-dir={out}", "--resume=last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    got = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
-    want = torch.load(tmp_path / "whole" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert got["global_step"] == want["global_step"] == 600
-    for name, weight in want["state_dict"].items():
-        assert torch.equal(got["state_dict"][name], weight), name
 
 
 def test_a_task_whose_options_shadow_the_engines_is_refused_when_it_is_written() -> None:

@@ -150,7 +150,12 @@ def metric_column(run: Path, name: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize(
-    ("epochs", "ranks"), [(1, 1), (2, 1), (1, 2)], ids=["one-epoch", "two-epochs", "one-epoch-2-ddp-ranks"]
+    ("epochs", "ranks"),
+    [
+        pytest.param(1, 1, id="one-epoch"),
+        pytest.param(2, 1, id="two-epochs"),
+        pytest.param(1, 2, id="one-epoch-2-ddp-ranks", marks=pytest.mark.multiprocess),
+    ],
 )
 def test_a_run_that_reached_max_steps_inside_an_epoch_goes_on_with_that_epoch_under_a_larger_max_steps(
     epochs: int, ranks: int, my_task: Path, tmp_path: Path

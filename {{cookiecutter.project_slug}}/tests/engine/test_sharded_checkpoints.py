@@ -11,7 +11,6 @@ import pickle
 import re
 import shutil
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import wait_until
 
 from {{ cookiecutter.package_name }}.engine import main, read_checkpoint
 from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
@@ -95,10 +95,7 @@ def test_kill_9_during_a_background_write_leaves_the_previous_checkpoint_and_res
     run = Run(my_task, *args, *MODES["sharded-async"], f"--output-dir={out}")
     runs.append(run)
     run.wait_for("epoch 1/1  batch 1/")
-    deadline = time.monotonic() + 120
-    while (writing := in_flight(out / "checkpoints")) is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    assert writing is not None, "no save was ever seen in flight"
+    writing = wait_until(lambda: in_flight(out / "checkpoints"), run.process, "a save seen in flight", every=0.002)
     run.kill()  # SIGKILL to the whole group, writer thread and all, mid-write
     assert run.process.wait() == -signal.SIGKILL
     last = out / "checkpoints" / "last.ckpt"

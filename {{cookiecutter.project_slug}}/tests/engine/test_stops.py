@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, wait_until
 
-from .conftest import run_toy
+from .conftest import run_toy, signalling_task
 
 TIMEOUT = 300  # generous: the CPU is shared
 WORKERS = min(2, len(os.sched_getaffinity(0)))
@@ -115,18 +115,35 @@ def test_a_stop_signal_to_the_process_group_saves_despite_loader_workers_and_res
         assert step_of(last) == 4 * (saved["epoch"] + 1)
 
 
-# my_task.py with loader workers slow to start, at the worst moment: after PyTorch's worker has put in its own
-# SIGTERM handler (which exits the worker), before the loader's worker_init_fn takes the stop signals away from it.
+# my_task.py with its training loader's workers held at the worst moment until the test's SIGTERM comes, which then
+# lands there, on the handlers of that moment: after PyTorch's worker has put in its own SIGTERM handler, before the
+# loader's worker_init_fn takes the stop signals away from it. Validation's workers, forked before training, go on.
 SLOW_WORKER_START = """
-import runpy, sys, time
+import os, runpy, signal, sys
+import lightning as L
 from torch.utils.data._utils import signal_handling
+from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
+training = False  # what a worker forked from this process finds: True once training has started
+
+class Training(L.Callback):
+    def on_train_start(self, trainer, pl_module):
+        global training
+        training = True
+
+build_callbacks = trainer_module.build_callbacks
+trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), Training()]
 torch_handlers = signal_handling._set_worker_signal_handlers
 
 def slow_start():
     torch_handlers()
-    print("loader worker starting", flush=True)
-    time.sleep(2)
+    if training:
+        print("loader worker starting", flush=True)
+        if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):  # held back, as the engine forks workers
+            signal.sigwait({signal.SIGTERM})
+            os.kill(os.getpid(), signal.SIGTERM)  # pending again, as it would have stayed, for what comes next
+        else:
+            signal.pause()  # the SIGTERM lands on PyTorch's handler
 
 signal_handling._set_worker_signal_handlers = slow_start
 sys.argv[0] = MY_TASK
@@ -197,9 +214,7 @@ def test_a_hard_kill_loses_at_most_checkpoint_every_and_resume_continues(
     run = Run(my_task, *args)
     runs.append(run)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    while not last.exists():  # written by the rename that ends a save, so it is always whole
-        assert run.process.poll() is None, run.finish()[1][-3000:]
-        time.sleep(0.05)
+    wait_until(last.exists, run.process, "a periodic checkpoint")  # renamed into place when whole
     run.signal_group(signal.SIGKILL)
     run.finish()
     saved = step_of(last)
@@ -229,29 +244,42 @@ def test_a_second_run_in_the_same_output_dir_is_refused_while_the_first_runs(
     assert first.process.poll() is None  # and the first run goes on
 
 
+@pytest.mark.multiprocess
 def test_ddp_stops_together_on_every_group_sigterm_and_resumes(
     my_task: Path, runs: list[Run], tiny_args: list[str], tmp_path: Path
 ) -> None:
-    """Both ranks get each SIGTERM; they must agree on one step, save once and exit 143, never hang."""
-    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--samples=480", "--max-epochs=1000", "--max-steps=3000"]
+    """Both ranks get each SIGTERM; they must agree on one step, save once and exit 143, never hang. The stops land
+    where a scheduler's may: a first step, an epoch's last, a validation batch, mid-epoch, and one step drawn at random
+    from a seed the test prints, which reproduces it."""
+    args = [*tiny_args, "--devices=2", "--strategy=ddp", "--samples=480", "--max-epochs=1000", "--max-steps=150"]
+    seed = int(os.environ.get("STOP_SEED", random.randrange(2**32)))
+    print(f"STOP_SEED={seed}")
+    drawn = random.Random(seed).randrange(91, 150)
+    # 30 steps an epoch, then 8 batches of validation; rank 0 signals the whole group, as a scheduler would
+    step_done = "on_train_batch_end(self, trainer, *args)"
+    validation = "on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0)"
+    in_training = "not trainer.sanity_checking"
+    stops = [
+        ("the first step", step_done, "trainer.global_step == 1"),
+        ("an epoch's last step", step_done, "trainer.global_step == 30"),
+        ("a validation batch", validation, f"{in_training} and trainer.current_epoch == 1 and batch_idx == 3"),
+        ("mid-epoch", step_done, "trainer.global_step == 75"),
+        (f"step {drawn} (STOP_SEED={seed})", step_done, f"trainer.global_step == {drawn}"),
+    ]
     last, saved = tmp_path / "run" / "checkpoints" / "last.ckpt", 0
-    for attempt in range(5):  # 30 steps an epoch, then 8 of validation: the signals land in both
-        run = Run(my_task, *args, *(["--resume=last"] if last.exists() else []))
+    for where, hook, condition in stops:
+        script = signalling_task(tmp_path / "stops.py", my_task, hook, f"trainer.global_rank == 0 and {condition}")
+        run = Run(script, *args, *(["--resume=last"] if last.exists() else []))
         runs.append(run)
-        run.wait_for("Ctrl-C, SIGTERM or SIGHUP saves")
-        delay = random.uniform(0, 2)
-        time.sleep(delay)
-        run.signal_group(signal.SIGTERM)
         code, output = run.finish()
-        assert code == 143, f"attempt {attempt}, {delay:.2f} s after the start of training:\n{output[-3000:]}"
+        assert code == 143, f"stopped at {where}:\n{output[-3000:]}"
         assert "Traceback" not in output and "stopped by SIGTERM at step" in output, output[-3000:]
         assert output.count("stopped by SIGTERM") == 1  # rank 0 speaks for the run
-        if last.exists():
-            assert step_of(last) >= saved
-            saved = step_of(last)
+        assert step_of(last) >= saved, where
+        saved = step_of(last)
     finished = run_toy(my_task, *args, "--resume=last")
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert step_of(last) == 3000
+    assert step_of(last) == 150
 
 
 def test_a_stop_during_the_final_test_says_so_and_the_command_it_gives_runs_the_test(

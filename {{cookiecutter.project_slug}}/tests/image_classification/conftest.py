@@ -21,6 +21,11 @@ TINY = [
     "--logger=csv",
     "--log-every-n-steps=1",
 ]
+# train.py's refusals of files its flags name, answered before torch and Lightning load ({tmp}: an empty folder)
+MISSING_INPUTS = [
+    (["--data=folder", "--data-dir={tmp}/missing"], "--data-dir: folder data needs {tmp}/missing/train/ and"),
+    (["--pretrained={tmp}/none.pt"], "--pretrained: no weights file at {tmp}/none.pt"),
+]
 
 
 def imagenet_like_resnet18(path: Path) -> dict[str, torch.Tensor]:

@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, wait_until
 
 import bench
 import train
@@ -82,11 +81,7 @@ def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path)
     command = [sys.executable, str(ROOT / "bench.py"), *TINY, f"--json={out}"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and process.poll() is None:
-            if out.exists() and json.loads(out.read_text())["settings"]:
-                break
-            time.sleep(0.05)
+        wait_until(lambda: out.exists() and json.loads(out.read_text())["settings"], process, "a measured row")
         os.killpg(process.pid, signal.SIGKILL)
     finally:
         stdout, _ = process.communicate(timeout=60)

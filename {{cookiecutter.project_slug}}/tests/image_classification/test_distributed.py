@@ -82,6 +82,7 @@ def test_fsdp_strategy_shards_each_block_checkpoints_it_and_follows_precision(
 
 
 @pytest.mark.multigpu
+@pytest.mark.multiprocess
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP needs two CUDA GPUs; Lightning refuses it on CPU")
 def test_fsdp_on_two_gpus_trains_and_saves_a_plain_checkpoint(
     launch: Launch, tiny_args: list[str], tmp_path: Path
@@ -99,6 +100,7 @@ def test_fsdp_on_two_gpus_trains_and_saves_a_plain_checkpoint(
     assert ranks[0]["metrics"]["val/acc"] == ranks[1]["metrics"]["val/acc"]
 
 
+@pytest.mark.multiprocess
 def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
     launch: Launch, tiny_args: list[str], tmp_path: Path
 ) -> None:

@@ -1,8 +1,10 @@
 """Odd and broken inputs met through train.py and predict.py, as a user meets them: too-long paths, animated images,
-unreadable splits, damaged CIFAR-10 copies, broken --config files, nested class folders and symlink loops."""
+unreadable splits, damaged CIFAR-10 copies, broken --config files, nested class folders and symlink loops. Refusals run
+in this process through train.py's `main` (tests/engine/test_config.py runs the script's own refusals)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import pickle
@@ -11,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_train
+from conftest import heavy_imports_blocked, one_error_line, run_train
 from PIL import Image
+
+from {{ cookiecutter.package_name }}.commands import train
 
 from .trained_model import run_script
 
@@ -20,11 +24,13 @@ CPU = ["--accelerator=cpu", "--precision=32-true"]
 TINY = [*CPU, "--strategy=auto", "--num-workers=0", "--logger=csv", "--model=timm/test_resnet", "--image-size=16"]
 
 
-def error_line(stderr: str) -> str:
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, stderr[-3000:]
-    return lines[0]
+def refusal(capsys: pytest.CaptureFixture[str], *args: str, early: bool = False) -> str:
+    """train.py's one error line for ARGS, exit code 2; `early`: given before torch and Lightning would load."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused, heavy_imports_blocked() if early else contextlib.nullcontext():
+        train.main(list(args))
+    assert refused.value.code == 2
+    return one_error_line(capsys)
 
 
 def write_png(path: Path, value: int) -> None:
@@ -40,12 +46,12 @@ def write_animation(path: Path, values: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--output-dir", "--data-dir"])
-def test_a_path_with_a_name_over_255_bytes_is_one_line_and_nothing_is_created(tmp_path: Path, flag: str) -> None:
+def test_a_path_with_a_name_over_255_bytes_is_one_line_and_nothing_is_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
     long = str(tmp_path / ("x" * 256) / "run")
     args = [f"--output-dir={long}"] if flag == "--output-dir" else ["--data=folder", f"--data-dir={long}"]
-    result = run_train(*TINY, f"--output-dir={tmp_path / 'out'}", *args)
-    assert result.returncode == 2
-    line = error_line(result.stderr)
+    line = refusal(capsys, *TINY, f"--output-dir={tmp_path / 'out'}", *args, early=True)
     assert line.startswith(f"error: {flag}: xxxxx") and "limit is 255" in line, "names the flag and the long name"
     assert list(tmp_path.iterdir()) == []
 
@@ -69,15 +75,15 @@ def test_animated_gif_and_webp_train_and_predict_on_their_first_frame(tmp_path: 
     assert sorted(Path(row["path"]).name for row in rows) == ["moving.gif", "moving.webp", "still.png", "still.png"]
 
 
-def test_a_split_none_of_whose_images_can_be_read_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_split_none_of_whose_images_can_be_read_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in ("a", "b"):
         write_png(tmp_path / "data" / "train" / name / "0.png", 100)
         (tmp_path / "data" / "val" / name).mkdir(parents=True)
         (tmp_path / "data" / "val" / name / "0.png").write_bytes(b"not a png")
     data = ["--data=folder", f"--data-dir={tmp_path / 'data'}", "--batch-size=2"]
-    result = run_train(*TINY, *data, f"--output-dir={tmp_path / 'run'}")
-    assert result.returncode == 2
-    line = error_line(result.stderr)
+    line = refusal(capsys, *TINY, *data, f"--output-dir={tmp_path / 'run'}")
     assert line.startswith(f"error: --data-dir: none of the 2 images in {tmp_path / 'data' / 'val'}/ can be read")
     assert not (tmp_path / "run").exists()
 
@@ -94,7 +100,9 @@ def write_fake_cifar10(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "missing"])
-def test_a_damaged_cifar10_copy_names_the_file_and_how_to_download_it_again(tmp_path: Path, damage: str) -> None:
+def test_a_damaged_cifar10_copy_names_the_file_and_how_to_download_it_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
     folder = write_fake_cifar10(tmp_path / "cifar")
     damaged = folder / ("test_batch" if damage == "missing" else "data_batch_1")
     if damage == "missing":
@@ -102,9 +110,7 @@ def test_a_damaged_cifar10_copy_names_the_file_and_how_to_download_it_again(tmp_
     else:
         damaged.write_bytes(damaged.read_bytes()[: 1000 if damage == "truncated" else 0])
     run = tmp_path / "run"
-    result = run_train(*TINY, "--data=cifar10", f"--data-dir={tmp_path / 'cifar'}", f"--output-dir={run}")
-    assert result.returncode == 2
-    line = error_line(result.stderr)
+    line = refusal(capsys, *TINY, "--data=cifar10", f"--data-dir={tmp_path / 'cifar'}", f"--output-dir={run}")
     assert line.startswith(f"error: --data-dir: {damaged} is {'missing' if damage == 'missing' else 'damaged'}")
     assert f"delete {folder} and run again with a network connection" in line
     assert not run.exists()
@@ -122,13 +128,12 @@ def test_a_damaged_cifar10_copy_names_the_file_and_how_to_download_it_again(tmp_
     ],
 )
 def test_a_broken_config_file_is_one_line_naming_file_key_or_line_and_column(
-    tmp_path: Path, name: str, content: str | bytes, expected: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str | bytes, expected: str
 ) -> None:
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    result = run_train("--config", str(path), f"--output-dir={tmp_path / 'run'}")
-    assert result.returncode == 2
-    assert error_line(result.stderr).startswith(f"error: --config: {expected.format(path=path)}")
+    line = refusal(capsys, "--config", str(path), f"--output-dir={tmp_path / 'run'}", early=True)
+    assert line.startswith(f"error: --config: {expected.format(path=path)}")
     assert not (tmp_path / "run").exists()
 
 

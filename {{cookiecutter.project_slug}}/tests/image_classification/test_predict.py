@@ -81,6 +81,7 @@ def test_predict_labels_held_out_images_one_row_per_input_in_order_skipping_an_u
     assert f"warning: skipping unreadable image {broken}" in result.stderr
 
 
+@pytest.mark.multiprocess
 def test_two_cpu_processes_predict_every_image_exactly_once_in_input_order(
     trained: tuple[Path, Held], tmp_path: Path
 ) -> None:

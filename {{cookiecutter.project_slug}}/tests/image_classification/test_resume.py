@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import SAVING
+from conftest import SAVING, TINY
 
 import train
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
@@ -58,16 +58,28 @@ def telling_step(running: dict[int, float]) -> int:
     return step
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float], dict[int, float]]:
+    """The run both ways of saving end as, trained once: its folder, its metrics, and its running accuracy."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    with pytest.MonkeyPatch.context() as patch:
+        running = record_running_accuracy(patch)
+        metrics = train.main([*TINY, "--max-epochs=2", f"--output-dir={folder}"])  # 4 steps per epoch, 8 in all
+    return folder, metrics, running
+
+
 @SAVING
 def test_resume_last_after_ctrl_c_mid_epoch_ends_with_the_weights_and_epoch_accuracy_of_an_uninterrupted_run(
-    formats: list[str], tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    formats: list[str],
+    uninterrupted: tuple[Path, dict[str, float], dict[int, float]],
+    tiny_args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The stopped and resumed run may save sharded, in the background: it ends as the uninterrupted one's file."""
     args = [*tiny_args, "--max-epochs=2"]  # 32 samples in batches of 8: 4 steps per epoch, 8 in all
-    running = record_running_accuracy(monkeypatch)
-    expected_metrics = train.main([*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
-    monkeypatch.undo()
-    expected = last_checkpoint(tmp_path / "uninterrupted")
+    folder, expected_metrics, running = uninterrupted
+    expected = last_checkpoint(folder)
     # The first epoch's count carried into the second would change its train/acc only if the two differ.
     assert running[8] == expected_metrics["train/acc"] != running[4], running
     at = telling_step(running)

@@ -70,13 +70,13 @@ def test_chunks_on_disk_and_on_s3_train_exactly_as_the_folder_they_were_made_fro
     assert list((tmp_path / "cache").rglob("index.json")), "the index was not cached in --cache-dir"
 
 
-@pytest.mark.parametrize("layout", ["one device", "ddp", "nodes"])
+@pytest.mark.parametrize("layout", ["one device"])  # the other layouts: tests/language_model/test_streaming.py
 def test_sigterm_or_kill_9_mid_epoch_then_resume_last_ends_as_the_uninterrupted_run(
     layout: str, chunks: Path, launch: Launch, tmp_path: Path
 ) -> None:
     args = [*TINY, "--data=streaming", f"--data-dir={chunks}", "--max-epochs=2"]
     whole = uninterrupted(launch, layout, args, tmp_path)
-    assert whole["global_step"] == (16 if layout == "one device" else 8)
+    assert whole["global_step"] == 16  # 64 images in batches of 8, two epochs
     for how in ("sigterm", "kill"):
         assert_same_run(stop_and_resume(launch, layout, how, args, tmp_path), whole, f"{layout}, {how}")
 

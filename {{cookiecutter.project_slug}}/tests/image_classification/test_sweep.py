@@ -14,8 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import matplotlib.image
 import optuna
 import pytest
 import yaml
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY, run_train, wait_until
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
@@ -54,14 +53,6 @@ def run_sweep(*args: Any) -> tuple[int, str]:
     process = start(*args)
     output = finish(process)
     return process.returncode, output
-
-
-def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"sweep.py ended first:\n{process.communicate()[0][-3000:]}"
-        assert time.monotonic() < deadline, "the sweep never got there"
-        time.sleep(0.2)
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
@@ -131,7 +122,7 @@ def test_a_stopped_sweep_continues_its_interrupted_trial_from_its_checkpoint(tmp
     flags = ["--space", searched, "--trials", 2, "--pruner", "none", "--output-dir", out, *TINY, "--max-epochs=12"]
     first = start(*flags)
     trial = out / "trial-0000"
-    wait_for(lambda: len(records(trial)) >= 2, first)
+    wait_until(lambda: len(records(trial)) >= 2, first, "two validations of the trial")
     os.killpg(first.pid, signal.SIGTERM)  # as `timeout`, scancel or a terminal's Ctrl-C reach the whole group
     output = finish(first)
     assert first.returncode == 128 + signal.SIGTERM, output[-3000:]
@@ -185,7 +176,8 @@ def test_workers_on_one_storage_split_the_trials_and_continue_a_dead_ones(tmp_pa
     flags = ["--space", searched, "--trials", 3, "--pruner", "none", "--storage", shared_storage, "--output-dir", out]
     flags += ["--heartbeat-timeout", 5, *TINY, "--max-epochs=6"]
     doomed, trial = start(*flags), out / "trial-0000"
-    wait_for(lambda: len(records(trial)) >= 2 and (trial / "checkpoints" / "last.ckpt").is_file(), doomed)
+    saved = lambda: len(records(trial)) >= 2 and (trial / "checkpoints" / "last.ckpt").is_file()  # noqa: E731
+    wait_until(saved, doomed, "two validations and a checkpoint of the trial")
     os.killpg(doomed.pid, signal.SIGKILL)  # its machine dies: the worker and its trial, nothing marked or saved
     finish(doomed)
 
@@ -282,7 +274,7 @@ def test_the_slurm_array_script_runs_a_worker_whose_trial_saves_on_the_time_limi
         start_new_session=True,
     )
     trial = out / "trial-0000"
-    wait_for(lambda: len(records(trial)) >= 1, job)
+    wait_until(lambda: len(records(trial)) >= 1, job, "a validation of the trial")
     os.kill(job.pid, signal.SIGTERM)  # the batch shell's PID only, not its group
     output = finish(job)
     assert job.returncode == 128 + signal.SIGTERM and "trial 0 interrupted" in output, output[-3000:]

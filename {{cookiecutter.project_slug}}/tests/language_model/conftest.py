@@ -16,3 +16,9 @@ TINY = [
     "--logger=csv",
     "--log-every-n-steps=1",
 ]
+# train.py's refusals of files its flags name, answered before torch and Lightning load ({tmp}: an empty folder)
+MISSING_INPUTS = [
+    (["--data=text", "--data-dir={tmp}"], "--data-dir: {tmp} holds no .txt or .jsonl files"),
+    (["--data=tokens", "--data-dir={tmp}"], "--data-dir: {tmp} has no *train*.bin token shards"),
+    (["--tokenizer={tmp}/none.json"], "--tokenizer: cannot read {tmp}/none.json"),
+]

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import ROOT, SAVING, run_script, run_train
+from conftest import ROOT, SAVING, run_script, run_train, script_env
+from reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
@@ -139,6 +140,7 @@ def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[st
     assert summary(resumed)["test/loss"] == summary(whole)["test/loss"]
 
 
+@pytest.mark.multiprocess
 def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], tmp_path: Path) -> None:
     result = run_train(*tiny_args, "--devices=2", "--strategy=ddp")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -149,6 +151,7 @@ def test_two_processes_ddp_on_cpu_train_and_validate_once(tiny_args: list[str], 
     assert [json.loads(r)["epoch"] for r in records] == [0]
 
 
+@pytest.mark.multiprocess
 @SAVING
 def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
     formats: list[str], tiny_args: list[str], tmp_path: Path
@@ -208,12 +211,13 @@ def test_hugging_face_gpt2_weights_load_with_the_same_logits(tmp_path: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(references: ReferenceRuns, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of one epoch of the tiny model, trained once per run for every file that asks (test_lm_inputs)."""
     from .conftest import TINY
 
-    folder = tmp_path_factory.mktemp("trained")
-    result = run_train(*TINY, "--max-epochs=1", f"--output-dir={folder}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path_factory.mktemp("trained") / "run"
+    command = [sys.executable, "train.py", *TINY, "--max-epochs=1", "--output-dir={out}"]
+    references.copy(command, {"out": folder}, ROOT, script_env())
     return folder / "checkpoints" / "last.ckpt"
 
 

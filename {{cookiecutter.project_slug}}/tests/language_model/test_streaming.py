@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import Launch, run_train
 from streaming_runs import (
+    EVERY_LAYOUT,
     assert_same_run,
     assert_trains_as_its_source,
     prepare,
@@ -53,7 +54,7 @@ def test_chunks_on_disk_and_on_s3_train_exactly_as_the_text_folder_they_were_mad
     assert_trains_as_its_source(TINY, runs, tmp_path)
 
 
-@pytest.mark.parametrize("layout", ["one device", "ddp", "nodes"])
+@pytest.mark.parametrize("layout", EVERY_LAYOUT)
 def test_sigterm_or_kill_9_mid_epoch_then_resume_last_ends_as_the_uninterrupted_run(
     layout: str, chunks: Path, launch: Launch, tmp_path: Path
 ) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .cli import engine_options_hidden, fail, parse_run, save_yaml
 from .compile_cache import check_compile_cache
 from .config import Config, ConfigError, check_logger
-from .rundir import check_output_dir, hold_output_dir, last_path
+from .rundir import check_output_dir, check_resume_named, hold_output_dir, last_path
 from .signals import end_with_launcher
 from .task import Task
 
@@ -26,10 +26,13 @@ if TYPE_CHECKING:  # torch and Lightning load once the options are known to be g
 def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     cfg, opts = parse_run(argv, task)  # before the heavy imports, so a bad flag answers at once
     end_with_launcher()
-    try:
+    try:  # what the names and headers of files tell, before seconds of imports
         check_logger(cfg)
         check_output_dir(cfg)
         check_compile_cache(cfg)
+        check_resume_named(cfg)
+        if task.check_inputs is not None:
+            task.check_inputs(cfg, opts)
     except ConfigError as err:
         fail(str(err))
     import lightning as L

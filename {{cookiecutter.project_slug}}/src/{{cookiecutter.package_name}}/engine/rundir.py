@@ -31,6 +31,15 @@ def last_path(output_dir: str | Path) -> Path:
     return Path(output_dir) / "checkpoints" / "last.ckpt"
 
 
+def check_resume_named(cfg: Config) -> None:
+    """A --resume path, or 'last', that names nothing: told before torch loads; what is there is read after it."""
+    if cfg.resume in (None, "auto"):
+        return
+    named = last_path(cfg.output_dir) if cfg.resume == "last" else Path(cfg.resume)
+    if not named.exists():
+        raise ConfigError("resume", f"no checkpoint at {named}; 'auto' starts afresh when there is none")
+
+
 def check_output_dir(cfg: Config) -> None:
     """Refuse a path that is a file, lies under a file, or cannot be written, and one holding another run."""
     path = Path(cfg.output_dir)

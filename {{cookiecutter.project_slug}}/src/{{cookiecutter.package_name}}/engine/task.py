@@ -94,6 +94,9 @@ class Task:
     free_on_resume: tuple[str, ...] = ()
     # Further checks on --resume, given the checkpoint and the DataModule: raise ConfigError, or return notes to print
     check_resume: Callable[[dict[str, Any], Config, Any, L.LightningDataModule], list[str]] | None = None
+    # The task's files (data folders, tokenizers, weights, shard headers) checked before torch and Lightning load, so
+    # that a typo answers at once: it imports neither, and raises ConfigError
+    check_inputs: Callable[[Config, Any], None] | None = None
     # More for the summary line, from the DataModule (the language model's entropy floor: "floor=1.1140")
     summary: Callable[[L.LightningDataModule], str] | None = None
     # A convolutional network's declaration: the engine then converts `module.net` and its 4-D floating inputs to

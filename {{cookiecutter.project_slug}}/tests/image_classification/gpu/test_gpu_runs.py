@@ -50,6 +50,7 @@ def test_ddp_strategy_on_a_single_gpu(tiny_args: list[str]) -> None:
 
 
 @pytest.mark.multigpu
+@pytest.mark.multiprocess
 @NEEDS_GPUS
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_validation_metrics_are_identical_on_every_rank(strategy: str, tiny_args: list[str], tmp_path: Path) -> None:

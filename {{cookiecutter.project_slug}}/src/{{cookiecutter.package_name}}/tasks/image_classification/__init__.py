@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...engine import AFRESH, SCHEDULE, Config, ConfigError, Task, saved_record
 from .config import ImageOptions
+from .inputs import check_inputs
 
 if TYPE_CHECKING:  # torch, torchvision and timm load only once the options are known to be good
     from ...engine import Hardware
@@ -116,5 +117,6 @@ TASK = Task(
     # streamed index is kept, not what is learned
     free_on_resume=("data_dir", "train_samples", "decode", "cache_dir"),
     check_resume=check_resume,
+    check_inputs=check_inputs,
     unused_options=unused_options,
 )

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ...engine import ConfigError, StreamedItems, eval_loader, read_made_by, train_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
+from .inputs import class_folders
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10
 from .streaming import TASK_NAME, StreamedImages
 from .transforms import CROP_PCT, eval_transform, random_crop_flip, train_transform
@@ -93,11 +94,7 @@ class ImageDataModule(L.LightningDataModule):
             self.made_by = read_made_by(data_dir, TASK_NAME, cache_dir)
             self.classes = list(self.made_by["classes"])
         elif data == "folder":
-            if not (self.root / "train").is_dir() or not (self.root / "val").is_dir():
-                raise ConfigError(
-                    "data_dir", f"folder data needs {self.root}/train/ and {self.root}/val/ class folders"
-                )
-            self.classes = sorted(p.name for p in (self.root / "train").iterdir() if p.is_dir())
+            self.classes = class_folders(self.root)
         else:
             self.classes = list(SHAPES) if data == "synthetic" else list(CIFAR10_CLASSES)
         if len(self.classes) < 2:

@@ -15,8 +15,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from ...engine import Config, EngineModule, Hardware, no_decay_names, note, run_hparams
 from . import finetune
 from .config import ImageOptions
+from .inputs import LIBRARY
 from .networks import build_network, check_image_size, head_names, preprocessing
-from .weights import LIBRARY, load_pretrained
+from .weights import load_pretrained
 
 Batch = tuple[Tensor, Tensor]
 DEFAULT_CLASSES = tuple(f"class{i}" for i in range(10))

@@ -18,10 +18,9 @@ import torchvision
 from torch import Tensor, nn
 
 from ...engine import ConfigError, read_checkpoint
+from .inputs import LIBRARY, check_weights_file
 from .networks import TIMM
 
-LIBRARY = "default"  # what a bare --pretrained means: the architecture's default pretrained weights
-SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 DOWNLOAD_TIMEOUT_S = 60  # a network that swallows packets would otherwise hang the start-up forever
 
 
@@ -44,10 +43,7 @@ def load_pretrained(net: nn.Module, name: str, source: str, head: set[str], imag
 def file_state(path: str) -> Mapping[str, Tensor]:
     """A state_dict from .pt/.pth/.bin, .safetensors, or a Lightning .ckpt of this project (its `net.` weights)."""
     file = Path(path)
-    if not file.exists() or not path.endswith(SUFFIXES):
-        raise ConfigError(
-            "pretrained", f"no weights file at {path}; give a {'/'.join(SUFFIXES)} file, or no value for the default"
-        )
+    check_weights_file(path)
     try:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file

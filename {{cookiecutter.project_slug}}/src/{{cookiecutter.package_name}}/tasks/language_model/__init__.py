@@ -6,25 +6,17 @@ a known entropy floor, your text files, or token shards made by llm.c or nanoGPT
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...engine import AFRESH, Config, ConfigError, Task, TaskDefault, saved_record
 from .config import LanguageOptions
-from .tokenizer import Tokenizer, load_tokenizer
+from .inputs import check_inputs, run_tokenizer
+from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # torch and Lightning load only once the options are known to be good
     from ...engine import Hardware
     from .data import LanguageDataModule
     from .module import LanguageModel
-
-
-def run_tokenizer(opts: LanguageOptions) -> Tokenizer:
-    """--tokenizer, or with --pretrained and the default 'bytes', the tokenizer.json in the pretrained folder."""
-    folder_tokenizer = Path(opts.pretrained or "", "tokenizer.json")
-    if opts.pretrained and opts.tokenizer == "bytes" and folder_tokenizer.is_file():
-        return load_tokenizer("pretrained", str(folder_tokenizer))
-    return load_tokenizer("tokenizer", opts.tokenizer)
 
 
 def build_data(cfg: Config, opts: LanguageOptions, hw: Hardware) -> LanguageDataModule:
@@ -135,6 +127,7 @@ TASK = Task(
     # data_dir: checked by check_resume (the same number of training sequences); cache_dir: where an index is kept
     free_on_resume=("data_dir", "cache_dir"),
     check_resume=check_resume,
+    check_inputs=check_inputs,
     unused_options=unused_options,
     summary=summary,
     defaults=GPT2_RECIPE,

@@ -8,7 +8,6 @@ tensor-core tiles; the padded ids are never targets, and generation never sample
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,21 +116,6 @@ class GPT(nn.Module):
         multiplied."""
         n = sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
         return 6 * n + 12 * self.layers * self.heads * (self.width // self.heads) * context
-
-
-def hf_config(folder: Path) -> dict[str, int]:
-    """The shape of a Hugging Face GPT-2 folder's model, from its config.json."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except OSError as err:
-        raise ConfigError("pretrained", f"cannot read {folder / 'config.json'}: {err.strerror or err}") from None
-    except ValueError:
-        raise ConfigError("pretrained", f"{folder / 'config.json'} is not JSON") from None
-    if config.get("model_type") != "gpt2":
-        raise ConfigError("pretrained", f"{folder} holds a {config.get('model_type')!r} model; give a GPT-2 folder")
-    if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ConfigError("pretrained", f"{folder}: activation {config['activation_function']} is not GPT-2's")
-    return {k: int(config[k]) for k in ("vocab_size", "n_layer", "n_head", "n_embd", "n_positions")}
 
 
 def load_hf_gpt2(net: GPT, folder: Path) -> None:

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ...engine import Config, ConfigError, EngineModule, Hardware, note, run_hparams
+from ...engine import Config, EngineModule, Hardware, note, run_hparams
 from .config import LanguageOptions
-from .gpt import GPT, hf_config, load_hf_gpt2
+from .gpt import GPT, load_hf_gpt2
+from .inputs import pretrained_shape
 from .tokenizer import Tokenizer
 
 Batch = tuple[Tensor, Tensor]
@@ -56,15 +57,7 @@ class LanguageModel(EngineModule):
         layers, heads, width = opts.shape
         positions = opts.context
         if opts.pretrained:
-            shape = hf_config(Path(opts.pretrained))
-            if shape["vocab_size"] != tokenizer.vocab_size:
-                raise ConfigError(
-                    "tokenizer",
-                    f"has {tokenizer.vocab_size} tokens, the weights in {opts.pretrained} {shape['vocab_size']}: "
-                    "give the tokenizer.json they were trained with",
-                )
-            if opts.context > shape["n_positions"]:
-                raise ConfigError("context", f"{opts.pretrained} takes at most {shape['n_positions']} tokens")
+            shape = pretrained_shape(opts.pretrained, tokenizer, opts.context)
             layers, heads, width, positions = shape["n_layer"], shape["n_head"], shape["n_embd"], shape["n_positions"]
         model = cls(
             vocab_size=tokenizer.vocab_size,

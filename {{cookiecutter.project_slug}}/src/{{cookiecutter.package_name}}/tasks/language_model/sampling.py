@@ -15,7 +15,8 @@ import torch
 
 from ...engine import ConfigError, check_checkpoint
 from .config import GenerateOptions
-from .gpt import GPT, LayerCache, hf_config, load_hf_gpt2
+from .gpt import GPT, LayerCache, load_hf_gpt2
+from .inputs import checkpoint_file, hf_config
 from .module import TOKENIZER
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -24,9 +25,7 @@ SHAPE = ("vocab_size", "layers", "heads", "width", "positions")  # the hparams t
 
 
 def load_checkpoint(path: str) -> tuple[GPT, Tokenizer]:
-    file = Path(path)
-    if not file.exists():
-        raise ConfigError("checkpoint", f"no file at {path}; give a .ckpt that train.py wrote")
+    file = checkpoint_file(path)
     checkpoint = check_checkpoint(file, option="checkpoint", training=False)
     hparams = checkpoint.get("hyper_parameters") or {}
     if not all(key in hparams for key in SHAPE) or TOKENIZER not in checkpoint:

@@ -85,12 +85,21 @@ def read_shard(path: Path) -> np.ndarray:
     return np.memmap(path, dtype="<u2", mode="r")
 
 
-def token_shards(data_dir: Path, vocab_size: int) -> dict[str, list[Path]]:
-    """--data tokens: the folder's *train*.bin and *val*.bin files, checked against the tokenizer's vocabulary."""
+def shard_paths(data_dir: Path) -> dict[str, list[Path]]:
+    """--data tokens: the folder's *train*.bin and *val*.bin files, each with a whole header (no token read yet)."""
     found = {split: sorted(data_dir.glob(f"*{split}*.bin")) for split in ("train", "val")}
     for split, paths in found.items():
         if not paths:
             raise ConfigError("data_dir", f"{data_dir} has no *{split}*.bin token shards ({KNOWN})")
+        for path in paths:
+            read_shard(path)
+    return found
+
+
+def token_shards(data_dir: Path, vocab_size: int) -> dict[str, list[Path]]:
+    """--data tokens: the folder's shards, their tokens checked against the tokenizer's vocabulary."""
+    found = shard_paths(data_dir)
+    for paths in found.values():
         for path in paths:
             tokens = read_shard(path)
             if tokens.size and int(tokens.max()) >= vocab_size:

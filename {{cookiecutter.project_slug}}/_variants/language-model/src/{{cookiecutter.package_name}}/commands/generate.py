@@ -11,12 +11,25 @@ from pathlib import Path
 
 from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
 from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
+from {{ cookiecutter.package_name }}.tasks.language_model.inputs import (
+    checkpoint_file,
+    hf_config,
+)
 
 DESCRIPTION = "Generate text with a checkpoint of train.py or GPT-2 weights. Every default is shown with its reason."
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)
+    try:  # what the names tell, before seconds of imports
+        if opts.output is not None and not Path(opts.output).resolve().parent.is_dir():
+            raise ConfigError("output", f"the folder of {opts.output} does not exist")
+        if opts.checkpoint is not None:
+            checkpoint_file(opts.checkpoint)
+        else:
+            hf_config(Path(str(opts.pretrained)))
+    except ConfigError as err:
+        fail(str(err))
     import torch
 
     from {{ cookiecutter.package_name }}.engine import commit, discard, open_output
