@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
-
-from {{ cookiecutter.package_name }}.engine.script_runs import validations
+from lightning_gpu_engine.testing.script_runs import validations
 
 BUCKET = "streaming-tests"  # S3 bucket names have at least 3 characters
 RANKS = str(ROOT / "tests" / "engine" / "ranks.py")  # a task trained as train.py does, every rank's results dumped

@@ -6,7 +6,8 @@ python train.py --data streaming --data-dir s3://bucket/images
 
 from __future__ import annotations
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from lightning_gpu_engine import ConfigError, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.image_classification.streaming import (
     PrepareOptions,
     prepare,

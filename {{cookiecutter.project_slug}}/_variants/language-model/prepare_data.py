@@ -7,7 +7,8 @@ python train.py --data streaming --data-dir s3://bucket/text --tokenizer tokeniz
 
 from __future__ import annotations
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from lightning_gpu_engine import ConfigError, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.language_model.streaming import (
     PrepareOptions,
     prepare,

@@ -13,9 +13,9 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning_gpu_engine.build import trainer as trainer_module
 
 import train
-from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
 class DumpRank(L.Callback):

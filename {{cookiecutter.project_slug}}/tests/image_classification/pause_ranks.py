@@ -17,10 +17,10 @@ import lightning as L
 import torch
 from dump_ranks import DumpRank
 from lightning.pytorch.callbacks import Checkpoint
+from lightning_gpu_engine.build import trainer as trainer_module
 from torchmetrics import Metric
 
 import train
-from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 
 
 class RunningMetrics(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save

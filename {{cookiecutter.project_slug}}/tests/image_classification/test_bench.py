@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_until
+from lightning_gpu_engine.bench.report import compare, ratio_line
 
 import bench
 import train
-from {{ cookiecutter.package_name }}.bench.report import compare, ratio_line
 from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
     SHAPES,
     write_photos,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from {{ cookiecutter.package_name }}.engine import TaskConformance
+from lightning_gpu_engine import TaskConformance
 
 
 class TestTheImageTask(TaskConformance):

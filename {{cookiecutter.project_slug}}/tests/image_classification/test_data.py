@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from lightning_gpu_engine.config.options import ConfigError
 from PIL import Image
 
-from {{ cookiecutter.package_name }}.engine.config import ConfigError
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import (
     SHAPES,
     ImageDataModule,

@@ -14,12 +14,12 @@ import torch
 from conftest import Launch, finish, kill_at_pause
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning_gpu_engine.build.trainer import block_types, build_strategy
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.perf import hardware
 from torch.distributed.fsdp import ShardingStrategy
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from {{ cookiecutter.package_name }}.engine import hardware
-from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.trainer import block_types, build_strategy
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
     ImageClassifier,
 )

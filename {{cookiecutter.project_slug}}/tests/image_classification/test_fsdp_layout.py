@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from lightning_gpu_engine.build.trainer import block_types
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.perf.hardware import Hardware
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.hardware import Hardware
-from {{ cookiecutter.package_name }}.engine.trainer import block_types
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ImageOptions,
 )

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from lightning_gpu_engine.config.cli import parse_run
+from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.perf import hardware
 from PIL import Image
 
 import train
-from {{ cookiecutter.package_name }}.engine import hardware
-from {{ cookiecutter.package_name }}.engine.cli import parse_run
-from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
 from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ImageOptions,

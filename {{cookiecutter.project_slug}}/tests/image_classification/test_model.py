@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning_gpu_engine.build.trainer import block_types
+from lightning_gpu_engine.config.options import ConfigError
 from torch import nn
 
 import train
-from {{ cookiecutter.package_name }}.engine.config import ConfigError
-from {{ cookiecutter.package_name }}.engine.trainer import block_types
 from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import (
     schedules,
 )

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning_gpu_engine.perf import hardware
 from torchvision.io import decode_image, encode_jpeg
 
 import predict
-from {{ cookiecutter.package_name }}.engine import hardware
 from {{ cookiecutter.package_name }}.tasks.image_classification import decoding
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     PredictConfig,

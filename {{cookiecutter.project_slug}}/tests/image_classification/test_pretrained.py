@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_train
+from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.perf.hardware import Hardware
 from torch import nn
 
-from {{ cookiecutter.package_name }}.engine.config import Config, ConfigError
-from {{ cookiecutter.package_name }}.engine.hardware import Hardware
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ImageOptions,
 )

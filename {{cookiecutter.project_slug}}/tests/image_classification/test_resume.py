@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 from conftest import SAVING, TINY
+from lightning_gpu_engine import read_checkpoint
 
 import train
-from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
     ImageClassifier,
 )

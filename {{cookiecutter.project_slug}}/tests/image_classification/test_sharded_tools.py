@@ -7,9 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from {{ cookiecutter.package_name }}.engine import read_checkpoint
-from {{ cookiecutter.package_name }}.engine.sharded import ShardedWriter
+from lightning_gpu_engine import read_checkpoint
+from lightning_gpu_engine.checkpoint.sharded import ShardedWriter
 
 from .trained_model import run_script, trained_checkpoint
 

@@ -23,10 +23,10 @@ import optuna
 import pytest
 import yaml
 from conftest import ROOT, TINY, run_train, wait_until
+from lightning_gpu_engine.sweep.space import load_space
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from {{ cookiecutter.package_name }}.sweep.space import load_space
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}

@@ -21,7 +21,7 @@ SIGNALS_ITSELF = """
 import os, signal, sys
 import lightning as L
 import train
-from {package}.engine import trainer as trainer_module
+from lightning_gpu_engine.build import trainer as trainer_module
 
 class SigtermInValidation(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
@@ -48,8 +48,7 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
     assert straight.returncode == 0, straight.stderr[-3000:]
 
     script = tmp_path / "signals_itself.py"
-    package = next((ROOT / "src").glob("*/engine/config.py")).parents[1].name
-    script.write_text(SIGNALS_ITSELF.format(package=package))
+    script.write_text(SIGNALS_ITSELF)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     stopped = subprocess.run(
         [sys.executable, str(script), *args, f"--output-dir={tmp_path / 'stopped'}"],

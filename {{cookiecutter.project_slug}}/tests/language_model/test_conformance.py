@@ -3,7 +3,7 @@ train.py."""
 
 from __future__ import annotations
 
-from {{ cookiecutter.package_name }}.engine import TaskConformance
+from lightning_gpu_engine import TaskConformance
 
 
 class TestTheLanguageModel(TaskConformance):

@@ -14,11 +14,11 @@ import lightning as L
 import pytest
 import torch
 from conftest import run_script, run_train
+from lightning_gpu_engine.build.trainer import build_trainer
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.perf.hardware import resolve
 from torch.profiler import ProfilerActivity, profile
 
-from {{ cookiecutter.package_name }}.engine.config import Config
-from {{ cookiecutter.package_name }}.engine.hardware import resolve
-from {{ cookiecutter.package_name }}.engine.trainer import build_trainer
 from {{ cookiecutter.package_name }}.tasks.language_model import (
     TASK,
     build_data,

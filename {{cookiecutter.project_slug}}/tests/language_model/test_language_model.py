@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SAVING, run_script, run_train, script_env
+from lightning_gpu_engine import read_checkpoint
 from reference_runs import ReferenceRuns
 
-from {{ cookiecutter.package_name }}.engine import read_checkpoint
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
 
 

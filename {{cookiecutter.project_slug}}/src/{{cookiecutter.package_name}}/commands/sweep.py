@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import set_up_warnings
-from {{ cookiecutter.package_name }}.sweep.run import main
+from lightning_gpu_engine import set_up_warnings
+from lightning_gpu_engine.sweep.run import main
+
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 

@@ -1,8 +1,9 @@
 """`train.py` and `<project>-train`: train, then test the best checkpoint. The sweep's trials of an installed project
 run this file as a script."""
 
-from {{ cookiecutter.package_name }}.engine import main as run_task
-from {{ cookiecutter.package_name }}.engine import run
+from lightning_gpu_engine import main as run_task
+from lightning_gpu_engine import run
+
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 import lightning as L
 import pytest
 import torch
+from lightning_gpu_engine.build import trainer as trainer_module
 from torch import nn
 
 import train
-from {{ cookiecutter.package_name }}.engine import trainer as trainer_module
 from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
     torchcodec_available,
 )

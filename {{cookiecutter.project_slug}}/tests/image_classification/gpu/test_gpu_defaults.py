@@ -10,8 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-
-from {{ cookiecutter.package_name }}.engine.config import Config
+from lightning_gpu_engine.config.options import Config
 
 from .probes import CPU_AND_GPU, fit, network
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...engine import AFRESH, SCHEDULE, Config, ConfigError, Task, saved_record
+from lightning_gpu_engine import AFRESH, SCHEDULE, Config, ConfigError, Task, saved_record
+
 from .config import ImageOptions
 from .inputs import check_inputs
 
 if TYPE_CHECKING:  # torch, torchvision and timm load only once the options are known to be good
-    from ...engine import Hardware
+    from lightning_gpu_engine import Hardware
+
     from .data import ImageDataModule
     from .module import ImageClassifier
 
@@ -42,7 +44,8 @@ def build_data(cfg: Config, opts: ImageOptions, hw: Hardware) -> ImageDataModule
 
 
 def build_model(cfg: Config, opts: ImageOptions, hw: Hardware, datamodule: Any) -> ImageClassifier:
-    from ...engine import check_enough_data
+    from lightning_gpu_engine import check_enough_data
+
     from .module import ImageClassifier
 
     model = ImageClassifier.from_config(cfg, opts, hw, datamodule.classes)

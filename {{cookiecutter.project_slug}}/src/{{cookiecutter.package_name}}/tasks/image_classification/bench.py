@@ -16,11 +16,11 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import HALF, Config, Hardware, build_trainer, parse_betas
+from lightning_gpu_engine.bench.harness import Clock, Setting, Spec, Timing, prepare, time_fit
+from lightning_gpu_engine.bench.loaders import TIMED_BATCHES, Row, samples_per_second, worker_counts
 from torch.utils.data import DataLoader
 
-from ...bench.harness import Clock, Setting, Spec, Timing, prepare, time_fit
-from ...bench.loaders import TIMED_BATCHES, Row, samples_per_second, worker_counts
-from ...engine import HALF, Config, Hardware, build_trainer, parse_betas
 from .config import ImageOptions
 from .data import ImageDataModule
 from .decoding import torchcodec_available

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...engine import Config, ConfigError, check_choices, check_path, opt
+from lightning_gpu_engine import Config, ConfigError, check_choices, check_path, opt
 
 DATA_SOURCES = ("synthetic", "cifar10", "folder", "streaming")
 DECODERS = ("auto", "cpu", "gpu")

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 import torchvision
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning_gpu_engine import ConfigError, StreamedItems, eval_loader, read_made_by, train_loader
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from ...engine import ConfigError, StreamedItems, eval_loader, read_made_by, train_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .inputs import class_folders
 from .sources import CIFAR10_CLASSES, IMAGE_SUFFIXES, SHAPES, list_images, make_shapes, read_cifar10

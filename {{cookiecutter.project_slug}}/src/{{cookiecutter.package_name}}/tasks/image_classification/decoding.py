@@ -13,9 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+from lightning_gpu_engine import ConfigError
 from torch import Tensor
-
-from ...engine import ConfigError
 
 NVJPEG_DEVICES = ("cuda",)  # device types whose batches go to TorchCodec's nvJPEG decoder
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import IO
 
 import torch
+from lightning_gpu_engine import ConfigError, discard, open_output, publish
 from torch import Tensor, nn
 
-from ...engine import ConfigError, discard, open_output, publish
 from .config import ExportConfig
 from .module import ImageClassifier
 from .transforms import eval_transform

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from lightning_gpu_engine import clean_name, warmup_cosine
 from torch import nn
-
-from ...engine import clean_name, warmup_cosine
 
 
 def param_groups(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...engine import Config, ConfigError
+from lightning_gpu_engine import Config, ConfigError
 
 LIBRARY = "default"  # what a bare --pretrained means: the architecture's default pretrained weights
 SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")  # --pretrained files (a .ckpt may be a sharded folder)

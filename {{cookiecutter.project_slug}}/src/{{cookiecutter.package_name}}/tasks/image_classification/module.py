@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import Config, EngineModule, Hardware, no_decay_names, note, run_hparams
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ...engine import Config, EngineModule, Hardware, no_decay_names, note, run_hparams
 from . import finetune
 from .config import ImageOptions
 from .inputs import LIBRARY

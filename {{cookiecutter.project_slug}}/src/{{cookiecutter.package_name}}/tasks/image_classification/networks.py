@@ -15,9 +15,9 @@ from typing import Any
 import timm
 import torch
 import torchvision
+from lightning_gpu_engine import ConfigError, note
 from torch import nn
 
-from ...engine import ConfigError, note
 from .transforms import CROP_PCT
 
 TIMM = "timm/"

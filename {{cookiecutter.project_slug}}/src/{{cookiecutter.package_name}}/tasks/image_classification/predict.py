@@ -14,10 +14,10 @@ from typing import IO, Any
 
 import lightning as L
 import torch
+from lightning_gpu_engine import ConfigError, Hardware, check_checkpoint, eval_loader
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ...engine import ConfigError, Hardware, check_checkpoint, eval_loader
 from .images import ImageFiles, collate_bytes, collate_images, decode_encoded, is_encoded, keep_bytes_on_host, max_side
 from .module import ImageClassifier
 from .sources import IMAGE_SUFFIXES, list_images

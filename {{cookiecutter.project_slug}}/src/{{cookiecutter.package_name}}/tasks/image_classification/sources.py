@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import ConfigError
 from torch import Tensor
 from torchvision.io import write_jpeg
-
-from ...engine import ConfigError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif")  # what decoding.decode_rgb reads
 PHOTO_SIZE = (375, 500)  # height, width: ImageNet's typical photo; JPEG quality 90 then gives ~100 KB

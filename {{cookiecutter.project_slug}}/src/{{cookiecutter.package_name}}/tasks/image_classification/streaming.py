@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_gpu_engine import (
+    ConfigError,
+    StreamedItems,
+    check_path,
+    chunks_output,
+    opt,
+    parse_chunk_bytes,
+    write_chunks,
+)
 from torch import Tensor
 
-from ...engine import ConfigError, StreamedItems, check_path, chunks_output, opt, parse_chunk_bytes, write_chunks
 from .decoding import UnreadableImageError
 from .images import ImageFiles
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import timm
 import torch
 import torchvision
+from lightning_gpu_engine import ConfigError, read_checkpoint
 from torch import Tensor, nn
 
-from ...engine import ConfigError, read_checkpoint
 from .inputs import LIBRARY, check_weights_file
 from .networks import TIMM
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...engine import AFRESH, Config, ConfigError, Task, TaskDefault, saved_record
+from lightning_gpu_engine import AFRESH, Config, ConfigError, Task, TaskDefault, saved_record
+
 from .config import LanguageOptions
 from .inputs import check_inputs, run_tokenizer
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # torch and Lightning load only once the options are known to be good
-    from ...engine import Hardware
+    from lightning_gpu_engine import Hardware
+
     from .data import LanguageDataModule
     from .module import LanguageModel
 
@@ -38,7 +40,8 @@ def build_data(cfg: Config, opts: LanguageOptions, hw: Hardware) -> LanguageData
 
 
 def build_model(cfg: Config, opts: LanguageOptions, hw: Hardware, datamodule: Any) -> LanguageModel:
-    from ...engine import check_enough_data
+    from lightning_gpu_engine import check_enough_data
+
     from .module import LanguageModel
 
     model = LanguageModel.from_config(cfg, opts, hw, datamodule.tokenizer)

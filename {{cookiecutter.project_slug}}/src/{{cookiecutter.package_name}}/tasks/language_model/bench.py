@@ -17,9 +17,9 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import Config, Hardware, no_decay_names, parse_betas, run_hparams, warmup_cosine
+from lightning_gpu_engine.bench.harness import Clock, Spec, Timing, prepare, time_fit
 
-from ...bench.harness import Clock, Spec, Timing, prepare, time_fit
-from ...engine import Config, Hardware, no_decay_names, parse_betas, run_hparams, warmup_cosine
 from . import TASK
 from .config import SIZES
 from .gpt import GPT

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...engine import ConfigError, check_choices, check_path, opt
+from lightning_gpu_engine import ConfigError, check_choices, check_path, opt
 
 DATA_SOURCES = ("synthetic", "text", "tokens", "streaming")
 # Named sizes: (layers, heads, width). GPT-2's four, and two that train in minutes on a CPU.

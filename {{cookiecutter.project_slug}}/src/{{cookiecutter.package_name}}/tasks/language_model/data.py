@@ -9,10 +9,10 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning_gpu_engine import StreamedItems, eval_loader, note, read_made_by, train_loader
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...engine import StreamedItems, eval_loader, note, read_made_by, train_loader
 from .shards import read_shard, text_files, text_shards, token_shards
 from .streaming import TASK_NAME, StreamedSequences, check_chunks
 from .synthetic import MarkovLanguage

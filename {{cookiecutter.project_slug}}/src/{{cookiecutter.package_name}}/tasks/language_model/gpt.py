@@ -14,9 +14,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import ConfigError
 from torch import Tensor, nn
-
-from ...engine import ConfigError
 
 
 def padded(vocab_size: int) -> int:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_gpu_engine import ConfigError, PartialFolder
 from torch import Tensor
 
-from ...engine import ConfigError, PartialFolder
 from .gpt import GPT
 from .sampling import load_pretrained
 from .tokenizer import END_OF_TEXT, Tokenizer

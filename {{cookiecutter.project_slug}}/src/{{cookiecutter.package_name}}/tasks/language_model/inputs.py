@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...engine import Config, ConfigError
+from lightning_gpu_engine import Config, ConfigError
+
 from .tokenizer import Tokenizer, load_tokenizer
 
 

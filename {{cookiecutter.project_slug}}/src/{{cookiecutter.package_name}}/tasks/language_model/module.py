@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning_gpu_engine import Config, EngineModule, Hardware, note, run_hparams
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ...engine import Config, EngineModule, Hardware, note, run_hparams
 from .config import LanguageOptions
 from .gpt import GPT, load_hf_gpt2
 from .inputs import pretrained_shape

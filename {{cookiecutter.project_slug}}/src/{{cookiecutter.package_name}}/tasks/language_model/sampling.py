@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from lightning_gpu_engine import ConfigError, check_checkpoint
 
-from ...engine import ConfigError, check_checkpoint
 from .config import GenerateOptions
 from .gpt import GPT, LayerCache, load_hf_gpt2
 from .inputs import checkpoint_file, hf_config

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from lightning_gpu_engine import ConfigError, partial_path, publish
 
-from ...engine import ConfigError, partial_path, publish
 from .tokenizer import Tokenizer
 
 HEADER = 256  # int32: 1,024 bytes

@@ -10,10 +10,18 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning_gpu_engine import (
+    ConfigError,
+    StreamedItems,
+    check_path,
+    chunks_output,
+    opt,
+    parse_chunk_bytes,
+    write_chunks,
+)
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ...engine import ConfigError, StreamedItems, check_path, chunks_output, opt, parse_chunk_bytes, write_chunks
 from .config import MAX_CONTEXT
 from .tokenizer import Tokenizer, load_tokenizer
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...engine import ConfigError, write_text
+from lightning_gpu_engine import ConfigError, write_text
 
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's separator between documents; the byte tokenizer's id 256
 

@@ -22,23 +22,7 @@ from typing import Any
 
 import lightning
 import torch
-
-from {{ cookiecutter.package_name }}.bench import any_task
-from {{ cookiecutter.package_name }}.bench.harness import (
-    Setting,
-    Timing,
-    interleaved_rounds,
-    peak_flops,
-    quiet_trainers,
-)
-from {{ cookiecutter.package_name }}.bench.report import (
-    check_json,
-    device_name,
-    repeat_lines,
-    table,
-    write_json,
-)
-from {{ cookiecutter.package_name }}.engine import (
+from lightning_gpu_engine import (
     Config,
     ConfigError,
     OneLineParser,
@@ -47,6 +31,22 @@ from {{ cookiecutter.package_name }}.engine import (
     resolve_hardware,
     set_up_warnings,
 )
+from lightning_gpu_engine.bench import any_task
+from lightning_gpu_engine.bench.harness import (
+    Setting,
+    Timing,
+    interleaved_rounds,
+    peak_flops,
+    quiet_trainers,
+)
+from lightning_gpu_engine.bench.report import (
+    check_json,
+    device_name,
+    repeat_lines,
+    table,
+    write_json,
+)
+
 from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
     ImageSpec,
     flops_per_batch,

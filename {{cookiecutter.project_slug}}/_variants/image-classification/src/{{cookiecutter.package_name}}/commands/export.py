@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, discard, fail, parse_options
+from lightning_gpu_engine import ConfigError, discard, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ExportConfig,
 )
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 def cli() -> None:
     """`export.py`, and the installed `<project>-export`."""
-    from {{ cookiecutter.package_name }}.engine import run_stoppable, set_up_warnings
+    from lightning_gpu_engine import run_stoppable, set_up_warnings
 
     set_up_warnings()
     run_stoppable(main, "export.py", "nothing written")

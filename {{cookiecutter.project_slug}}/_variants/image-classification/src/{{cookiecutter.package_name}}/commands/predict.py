@@ -10,7 +10,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from lightning_gpu_engine import ConfigError, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     PredictConfig,
 )
@@ -34,7 +35,7 @@ def gather(trainer: Any, batches: list[Any]) -> dict[int, tuple[list[float], lis
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = parse_options(argv, PredictConfig, prog="predict.py", description=DESCRIPTION)
-    from {{ cookiecutter.package_name }}.engine import (
+    from lightning_gpu_engine import (
         apply_backend_flags,
         build_trainer,
         commit,
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         open_output,
         resolve_hardware,
     )
+
     from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
         UnreadableImageError,
         decode_choice,
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 def cli() -> None:
     """`predict.py`, and the installed `<project>-predict`."""
-    from {{ cookiecutter.package_name }}.engine import run_stoppable, set_up_warnings
+    from lightning_gpu_engine import run_stoppable, set_up_warnings
 
     set_up_warnings()
     # Lightning's SIGTERM handler for predict only takes note, then calls the one it found: ours, which stops.

@@ -22,20 +22,20 @@ from typing import Any
 
 import lightning
 import torch
-
-from {{ cookiecutter.package_name }}.bench import any_task
-from {{ cookiecutter.package_name }}.bench.harness import (
-    interleaved_rounds,
-    peak_flops,
-    quiet_trainers,
-)
-from {{ cookiecutter.package_name }}.bench.report import check_json, ratio_line, spread, write_json
-from {{ cookiecutter.package_name }}.engine import (
+from lightning_gpu_engine import (
     OneLineParser,
     device_peak,
     fail,
     set_up_warnings,
 )
+from lightning_gpu_engine.bench import any_task
+from lightning_gpu_engine.bench.harness import (
+    interleaved_rounds,
+    peak_flops,
+    quiet_trainers,
+)
+from lightning_gpu_engine.bench.report import check_json, ratio_line, spread, write_json
+
 from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
     LMSetting,
     LMSpec,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, PartialFolder, fail, parse_options
+from lightning_gpu_engine import ConfigError, PartialFolder, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.language_model.config import ExportOptions
 
 DESCRIPTION = "Export a language model checkpoint of train.py as a Hugging Face GPT-2 folder. Defaults with reasons."
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> float:
 
 def cli() -> None:
     """`export.py`, and the installed `<project>-export`."""
-    from {{ cookiecutter.package_name }}.engine import run_stoppable, set_up_warnings
+    from lightning_gpu_engine import run_stoppable, set_up_warnings
 
     set_up_warnings()
     run_stoppable(main, "export.py", "nothing written")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, fail, parse_options
+from lightning_gpu_engine import ConfigError, fail, parse_options
+
 from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
 from {{ cookiecutter.package_name }}.tasks.language_model.inputs import (
     checkpoint_file,
@@ -31,8 +32,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     except ConfigError as err:
         fail(str(err))
     import torch
+    from lightning_gpu_engine import commit, discard, open_output
 
-    from {{ cookiecutter.package_name }}.engine import commit, discard, open_output
     from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
         fit_new_tokens,
         load_checkpoint,
@@ -78,6 +79,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
 
 def cli() -> None:
     """`generate.py`, and the installed `<project>-generate`."""
-    from {{ cookiecutter.package_name }}.engine import run_stoppable
+    from lightning_gpu_engine import run_stoppable
 
     run_stoppable(main, "generate.py", "nothing written")

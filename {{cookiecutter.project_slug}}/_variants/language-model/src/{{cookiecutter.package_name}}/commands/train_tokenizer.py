@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import (
+from lightning_gpu_engine import (
     ConfigError,
     check_path,
     commit,
@@ -67,6 +67,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli() -> None:
     """`train_tokenizer.py`, and the installed `<project>-train-tokenizer`."""
-    from {{ cookiecutter.package_name }}.engine import run_stoppable
+    from lightning_gpu_engine import run_stoppable
 
     run_stoppable(main, "train_tokenizer.py", "nothing written")

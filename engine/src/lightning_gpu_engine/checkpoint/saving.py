@@ -1,0 +1,273 @@
+"""How and when checkpoints reach the disk: atomically, and also mid-epoch so a hard kill loses a bounded amount.
+
+Lightning's own save writes the file through a temporary file in `$TMPDIR` and moves it into place. With `$TMPDIR` on
+another filesystem (`/tmp` is often tmpfs) the move is a copy: a kill during it leaves a truncated checkpoint where
+the previous good one was, and a full disk leaves a truncated file and a traceback. Here the temporary file is in
+the destination directory, so the final rename is atomic: the previous checkpoint survives any failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import time
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+
+from lightning_gpu_engine.checkpoint.files import out_of_space, partial_path, publish
+from lightning_gpu_engine.checkpoint.rundir import last_path
+from lightning_gpu_engine.checkpoint.sharded import (
+    ShardedWriter,
+    fresh_folder,
+    is_sharded,
+    remove,
+    remove_shard_folders,
+)
+from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
+from lightning_gpu_engine.config.options import ConfigError
+
+
+def resume_path(output_dir: str, resume: str | None) -> str | None:
+    """The checkpoint --resume names: 'last', 'auto' (None when there is none yet), or a path."""
+    if resume is None:
+        return None
+    if resume == "auto":  # hpc_ckpt_N.ckpt: what Lightning saves when SLURM warns of preemption with SIGUSR1
+        found = [*Path(output_dir).glob("hpc_ckpt_*.ckpt"), *filter(Path.exists, [last_path(output_dir)])]
+        return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+    path = last_path(output_dir) if resume == "last" else Path(resume)
+    if not (path.is_file() or path.is_dir()):  # a folder: sharded, or what the checks then say is wrong with it
+        raise ConfigError("resume", f"no checkpoint at {path}; 'auto' starts afresh when there is none")
+    return str(path)
+
+
+class CheckpointSpaceError(OSError):
+    """The disk (or quota) holding the checkpoints is full; says where and how much a checkpoint needs."""
+
+    def __init__(self, path: Path, needed: int) -> None:
+        free = shutil.disk_usage(path.parent).free
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left in {path.parent} to save {path.name}: it needs about {needed / 2**20:.0f} MiB "
+            f"({needed} bytes), {free / 2**20:.0f} MiB are free",
+        )
+        self.path, self.needed = path, needed
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """A checkpoint about to be written holds nan or inf weights: written, it would replace the last good one."""
+
+    def __init__(self, step: int, names: list[str]) -> None:
+        super().__init__(f"the weights became nan or inf at step {step} ({len(names)} tensors, e.g. {names[0]})")
+
+
+def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
+    """The names of the floating-point tensors (weights and buffers) that hold a nan or inf; of a sharded tensor
+    (FSDP2's DTensor), in this rank's shard."""
+    local = {name: getattr(t, "to_local", lambda t=t: t)() for name, t in state_dict.items()}
+    return [
+        name
+        for name, tensor in local.items()
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+
+
+def tensor_bytes(tree: Any) -> int:
+    """The bytes of all tensors in a nested checkpoint: close to its size on disk."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tree)
+    return 0
+
+
+def atomic_torch_save(checkpoint: dict[str, Any], path: Path) -> None:
+    """torch.save to `.<name>.partial` beside `path`, fsync, then `files.publish`: renamed over `path`, the directory
+    fsynced. The partial file has a fixed name, so one a killed save left behind is overwritten by the next save."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_path(path)
+    try:
+        with open(partial, "wb") as fh:
+            torch.save(checkpoint, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # the data is on disk before the name points at it
+        publish(partial, path)
+    except BaseException as err:
+        partial.unlink(missing_ok=True)
+        if out_of_space(err):
+            raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
+        raise
+    remove_shard_folders(path)  # a sharded run resumed with --checkpoint-format file: the name's old folders go
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO: never writes non-finite weights, and uses `atomic_torch_save` for local paths, or
+    with --checkpoint-format sharded the `sharded.ShardedWriter` (every rank's part, --async-save in the background).
+
+    Every save passes here, whichever callback asks for it and in whatever order the callbacks run, so this is where
+    a nan in the weights is refused. (Under DDP only rank 0 comes here for a file; `guards.FiniteLossGuard` makes all
+    ranks refuse together before, so none is left waiting for the others.)
+    """
+
+    def __init__(self, sharded: bool = False, asynchronous: bool = False) -> None:
+        super().__init__()
+        self.writer = ShardedWriter(asynchronous) if sharded else None
+        self.needed: tuple[Path, int] | None = None  # the sharded save in flight: its name and its bytes
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if self.writer is not None:  # one process: no other rank to agree with
+            self.save_sharded(checkpoint, Path(path), fresh_folder(Path(path)), 0, agree=None)
+            return
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:
+            raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad)
+        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's fsspec path
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        atomic_torch_save(checkpoint, Path(path))
+
+    def save_sharded(
+        self, checkpoint: dict[str, Any], path: Path, folder: Path, rank: int, agree: Any, alike: Collection[str] = ()
+    ) -> None:
+        """Called on every rank at once. `agree`: the strategy's reduce, so that a nan in one rank's shard stops all.
+        `alike`: the weights every rank holds alike (`sharded.RankZeroKeepsItsOwn`)."""
+        assert self.writer is not None
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        anywhere = len(bad) if agree is None else int(agree(torch.tensor(float(len(bad))), reduce_op="sum"))
+        if anywhere:
+            raise NonFiniteWeightsError(int(checkpoint.get("global_step", -1)), bad or ["(in another rank's shard)"])
+        try:
+            self.writer.save(checkpoint, path, folder, rank, alike)
+            self.needed = (path, tensor_bytes(checkpoint))
+            if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
+                self.writer.wait()
+        except BaseException as err:
+            if out_of_space(err):
+                raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
+            raise
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if is_sharded(path):
+            return read_sharded(Path(path))
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        if Path(path).is_symlink() or is_sharded(path):
+            remove(Path(path))
+            return
+        super().remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        """The end of fit or test, or a stop: the save in flight is published before anything reads it; a disk that
+        filled during it is the same one line as for any save."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.wait()
+        except BaseException as err:
+            if out_of_space(err) and self.needed is not None:
+                raise CheckpointSpaceError(*self.needed) from None
+            raise
+
+
+class EveryRankWrites:
+    """A strategy of several processes whose every rank writes its part of a sharded checkpoint (Lightning's DDP and
+    single-file saves go through rank 0 alone). The path and the folder are rank 0's, so all write to the same. The
+    ranks share the writing of the parameters, which the strategy keeps alike on all; the buffers are rank 0's."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        io = self.checkpoint_io  # type: ignore[attr-defined]
+        if not isinstance(io, AtomicCheckpointIO) or io.writer is None:
+            super().save_checkpoint(checkpoint, filepath, storage_options)  # type: ignore[misc]
+            return
+        broadcast = self.broadcast  # type: ignore[attr-defined]
+        path = Path(broadcast(str(filepath)))
+        folder = Path(broadcast(str(fresh_folder(path))))
+        module, rank, reduce = self.lightning_module, self.global_rank, self.reduce  # type: ignore[attr-defined]
+        alike = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+        io.save_sharded(checkpoint, path, folder, rank, agree=reduce, alike=alike)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, following its run when the --output-dir was moved or copied (scratch to project
+    storage, a renamed folder): Lightning restores only the old absolute best path then, so the best score was lost
+    (a TypeError after the resumed run's test) and the old folder's best checkpoint was tested, or was missing."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and old != new and Path(new, Path(state_dict.get("best_model_path") or "-").name).exists():
+
+            def moved(path: str) -> str:
+                return str(Path(new, Path(path).name)) if path else path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": new,
+                **{k: moved(state_dict[k]) for k in ("best_model_path", "kth_best_model_path", "last_model_path")},
+                "best_k_models": {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
+
+
+class PeriodicCheckpoint(Checkpoint):
+    """Saves `path` every `every_steps` optimizer steps and/or `every_seconds` of wall time, mid-epoch included.
+
+    Steps are counted alike on every rank. Time is read on rank 0, and only on logging steps under DDP, where the
+    ranks then agree by one broadcast: asking every step would make every step wait for the slowest rank. A save due
+    at a step that `val_every` (--val-every) validates at waits for that validation's end: resumed from a save before
+    it, Lightning would take the validation as done, and the best checkpoint would never see its score. As a
+    `Checkpoint`, Lightning runs it after the ModelCheckpoints, so the save holds what they made of the validation.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        every_steps: int | None,
+        every_seconds: float | None,
+        log_every_n_steps: int,
+        val_every: int | None,
+    ):
+        self.path, self.every_steps, self.every_seconds = path, every_steps, every_seconds
+        self.log_every_n_steps, self.val_every = log_every_n_steps, val_every
+        self.last_saved = time.monotonic()
+        self.seen_step = -1
+        self.after_validation = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.last_saved, self.seen_step = time.monotonic(), trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.checkpoint_callback is None or getattr(trainer, "fast_dev_run", False):
+            return  # checkpointing is off (bench, profile, fast-dev-run)
+        step = trainer.global_step
+        if step == self.seen_step:  # accumulating gradients: they are not in a checkpoint, so never save here
+            return
+        self.seen_step = step
+        due = self.every_steps is not None and step % self.every_steps == 0
+        ask_clock = trainer.world_size == 1 or step % self.log_every_n_steps == 0
+        if self.every_seconds is not None and not due and ask_clock:
+            late = time.monotonic() - self.last_saved >= self.every_seconds
+            due = bool(trainer.strategy.broadcast(late)) if trainer.world_size > 1 else late
+        if due and self.val_every and step % self.val_every == 0 and trainer.enable_validation:
+            self.after_validation = True
+        elif due:
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self.last_saved = time.monotonic()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.after_validation and not trainer.sanity_checking:
+            self.after_validation = False
+            trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.last_saved = time.monotonic()  # an epoch-end save restarts the clock too

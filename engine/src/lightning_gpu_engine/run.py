@@ -1,0 +1,257 @@
+"""`main(task)`: a task trained end to end. Parse, check the output dir, resolve the hardware, build, fit, test, and
+print one summary line. The entry point's side of the line: every ConfigError raised below ends here, as one line."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lightning_gpu_engine.checkpoint.rundir import check_output_dir, check_resume_named, hold_output_dir, last_path
+from lightning_gpu_engine.config.cli import engine_options_hidden, fail, parse_run, save_yaml
+from lightning_gpu_engine.config.options import Config, ConfigError, check_logger
+from lightning_gpu_engine.perf.compile_cache import check_compile_cache
+from lightning_gpu_engine.reliability.signals import end_with_launcher
+from lightning_gpu_engine.task import Task
+
+if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
+    import lightning as L
+
+
+def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
+    cfg, opts = parse_run(argv, task)  # before the heavy imports, so a bad flag answers at once
+    end_with_launcher()
+    try:  # what the names and headers of files tell, before seconds of imports
+        check_logger(cfg)
+        check_output_dir(cfg)
+        check_compile_cache(cfg)
+        check_resume_named(cfg)
+        if task.check_inputs is not None:
+            task.check_inputs(cfg, opts)
+    except ConfigError as err:
+        fail(str(err))
+    import lightning as L
+
+    from lightning_gpu_engine.build.trainer import build_trainer, check_launcher, fsdp_units, launched_as_global_zero
+    from lightning_gpu_engine.checkpoint.checks import check_checkpoint, check_same_network
+    from lightning_gpu_engine.checkpoint.saving import resume_path
+    from lightning_gpu_engine.checkpoint.sharded import check_format
+    from lightning_gpu_engine.perf import hardware
+    from lightning_gpu_engine.perf.networks import check_module
+    from lightning_gpu_engine.reliability.resume_changes import (
+        RunRecord,
+        check_changes,
+        keep_batch_size,
+        optimizer_changes,
+    )
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
+    try:
+        hw = hardware.resolve(cfg, fsdp2=task.fsdp2, channels_last=task.channels_last, compile_off=task.compile_off)
+        if task.resolve is not None:
+            hw = replace(hw, choices={**hw.choices, **task.resolve(cfg, opts, hw)})
+        check_launcher(cfg)
+        check_format(cfg, task.fsdp2, task.lightning_strategy, hw.world_size)
+        ckpt = resume_path(cfg.output_dir, cfg.resume)
+        # Read before the data and the model are built: an option the checkpoint refuses must download nothing
+        saved: dict[str, Any] = check_checkpoint(Path(ckpt), tensors=False) if ckpt is not None else {}
+        notes = keep_batch_size(cfg, saved) if ckpt is not None else []
+        datamodule = task.build_data(cfg, opts, hw)
+        if ckpt is not None:
+            notes += check_changes(saved, cfg, opts, task, hw.world_size)
+            notes += task.check_resume(saved, cfg, opts, datamodule) if task.check_resume else []
+        model = task.build(cfg, opts, hw, datamodule)
+        hw, broken = check_module(task, model, cfg, hw)  # the module's shape against the options, as one line each
+        if ckpt is not None:
+            check_same_network(Path(ckpt), saved, model, "resume")
+            notes += optimizer_changes(saved, cfg, model)
+    except ConfigError as err:
+        fail(str(err))
+    wrap = fsdp_units(task, model)
+    rank_zero = launched_as_global_zero()  # node 0's first process only: every node has a first process
+    with ExitStack() as held:
+        try:
+            held.enter_context(hold_output_dir(cfg, rank_zero))  # one run at a time in an --output-dir
+        except ConfigError as err:  # another run holds it, or the disk is full
+            fail(str(err))
+        if rank_zero:
+            print(hw.summary(), flush=True)  # the run's first line, before Lightning's own
+            for promise in broken:
+                print(f"warning: {promise}", flush=True)
+            for note in notes:  # the options changed on resume, and what is done with each
+                print(f"resume: {note}", flush=True)
+        hardware.apply_backend_flags(cfg)
+        cache = hardware.use_compile_cache(cfg, hw)  # before the first compile, the profile's too
+        if cache is not None and rank_zero:
+            print(cache.found, flush=True)
+        if cfg.profile:
+            from lightning_gpu_engine.perf.profiling import profile
+
+            return profile(cfg, hw, model, datamodule, wrap=wrap, task=task)
+        logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
+        # the summary line says so when no validation ran, or the task never logs its monitored metric
+        warnings.filterwarnings("ignore", r"`ModelCheckpoint\(monitor=.*could not find the monitored key", UserWarning)
+        if ckpt is not None:  # what a routine resume finds, and Lightning warns of as if it were a mistake
+            warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty", UserWarning)
+        trainer = build_trainer(
+            cfg, hw, wrap=wrap, logger_version=logger_version, task=task, resumed_step=saved.get("global_step")
+        )
+        trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size))  # type: ignore[attr-defined]  # for --resume
+        if cache is not None:  # saves the graphs compiled in this run for the next
+            trainer.callbacks.append(cache)  # type: ignore[attr-defined]
+        return _fit_and_test(task, cfg, opts, hw, trainer, model, datamodule, ckpt)
+
+
+def _fit_and_test(
+    task: Task, cfg: Config, opts: Any, hw: Any, trainer: Any, model: Any, datamodule: Any, ckpt: str | None
+) -> dict[str, float]:
+    from lightning_gpu_engine.perf.monitors import LogStepThroughputMonitor
+    from lightning_gpu_engine.reliability.guards import scale_batch_size
+
+    if cfg.auto_batch_size:
+        with explain_failures(cfg, trainer, datamodule, task.unit):
+            cfg.batch_size = scale_batch_size(trainer, model, datamodule)
+    if trainer.is_global_zero:
+        hidden = {*engine_options_hidden(task), *(task.unused_options(opts) if task.unused_options else ())}
+        options = {k: v for k, v in {**asdict(cfg), **asdict(opts)}.items() if k not in hidden}
+        save_yaml(options, Path(cfg.output_dir) / "config.yaml")
+        global_batch = cfg.batch_size * hw.world_size * cfg.accumulate_grad_batches
+        # what Lightning logs itself from the model's and the data's hparams is left to it: MLflow refuses a second
+        # value for a param (compile: None as an option, False as the model's)
+        own = {k: v for k, v in options.items() if k not in {**datamodule.hparams, **model.hparams}}
+        for logger in trainer.loggers:
+            logger.log_hyperparams({**own, "global_batch_size": global_batch, "resolved": hw.summary()})
+
+    with explain_failures(cfg, trainer, datamodule, task.unit):  # nan loss, out of memory, Ctrl-C: one line
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+    checkpoint = trainer.checkpoint_callback
+    best = None if cfg.fast_dev_run or checkpoint is None else (checkpoint.best_model_path or None)
+    fit_metrics = {k: float(v) for k, v in trainer.logged_metrics.items()}
+    # A path, never None where there is one: under SLURM Lightning would test the newest hpc_ckpt_N.ckpt, however old
+    last = last_path(cfg.output_dir)
+    tested = best or (str(last) if last.exists() and not cfg.fast_dev_run else None)
+    with explain_failures(cfg, trainer, datamodule, task.unit):  # a stop during the test too: its own line and code
+        trainer.test(model, datamodule=datamodule, ckpt_path=tested, weights_only=True)
+    metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}
+    if best is not None and checkpoint.best_model_score is not None:  # None: resumed from another run's checkpoint
+        metrics[task.monitor] = float(checkpoint.best_model_score)
+    if trainer.is_global_zero:
+        nan = float("nan")
+        meter = next((c for c in trainer.callbacks if isinstance(c, LogStepThroughputMonitor)), None)
+        # the logged rate of the last logging steps; without two logging steps, the average over the whole run
+        per_device = metrics.get("train/device/samples_per_sec") or (meter.average_rate() if meter else None)
+        throughput = f"{per_device * hw.world_size:.0f} {task.unit}/s" if per_device else "n/a (no training step)"
+        said = task.summary(datamodule) if task.summary is not None else ""
+        extra = f"{said}  " if said else ""
+        print(
+            f"{monitored(task, metrics, best is not None, trainer.global_step, cfg.val_every)}  "
+            f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "
+            f"checkpoints: {last.parent.resolve()}"
+        )
+    return metrics
+
+
+def monitored(task: Task, metrics: dict[str, float], best: bool, step: int, val_every: int | None) -> str:
+    """The summary's first words: the best (or last) monitored value, or why there is none."""
+    if task.monitor in metrics:
+        return f"{'best' if best else 'last'} {task.monitor}={metrics[task.monitor]:.4f}"
+    stage = task.monitor.split("/", 1)[0] + "/"
+    logged = sorted(k for k in metrics if k.startswith(stage))
+    if logged:  # validation ran, but the task logs its metric under another name
+        return f"{task.monitor} was never logged (validation logged {', '.join(logged)}): no best checkpoint"
+    first = f"the first --val-every step, {val_every}" if val_every else "the first epoch's end"
+    return f"no validation ran (training ended at step {step}, before {first}): no best checkpoint"
+
+
+def run(task: Task, argv: list[str] | None = None) -> None:
+    """train.py's whole body: `main`, with the exits a terminal and a scheduler expect."""
+    from lightning_gpu_engine.config.quiet import set_up_warnings
+
+    set_up_warnings()
+    try:
+        main(task, argv)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
+        print("stopped by SIGINT", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    finally:
+        from lightning_gpu_engine.reliability.signals import (
+            ignore_while_exiting,  # imports no Lightning: a bad flag's exit stays instant
+        )
+
+        ignore_while_exiting()
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Gloo's worker threads, left to the interpreter's teardown, abort the exit now and then ("terminate called
+    without an active exception", exit -6) after a run that succeeded: leave the group while Python is whole."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextmanager
+def explain_failures(
+    cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule, unit: str = "samples"
+) -> Iterator[None]:
+    """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
+    samples (images), for the out-of-memory line."""
+    import torch
+    from lightning.pytorch.trainer.states import TrainerFn
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lightning_gpu_engine.checkpoint.saving import CheckpointSpaceError, NonFiniteWeightsError
+    from lightning_gpu_engine.reliability.guards import NonFiniteLossError
+    from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
+
+    try:
+        yield
+    except ConfigError as err:
+        fail(str(err))
+    except (NonFiniteLossError, NonFiniteWeightsError) as err:
+        last = last_path(cfg.output_dir)
+        kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
+        # A fresh start: a resumed run would continue the saved optimizer and schedule
+        fail(
+            f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
+            "--gradient-clip-val 1.0, and --precision bf16-mixed rather than 16-mixed (fp16 overflows where bf16 "
+            "does not)",
+            code=1,
+        )
+    except torch.OutOfMemoryError:
+        size = datamodule.hparams.get("batch_size", cfg.batch_size)
+        fail(
+            f"--batch-size: out of memory with {size} {unit} per device; "
+            f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
+            f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
+            code=1,
+        )
+    except CheckpointSpaceError as err:
+        fail(
+            f"--output-dir: {err.strerror}; the previous checkpoint is untouched. Free space or choose another "
+            "--output-dir, then --resume last",
+            code=1,
+        )
+    except (SIGTERMException, KeyboardInterrupt) as err:
+        # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        signum = (stop.signum if stop else None) or (
+            signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
+        )
+        name = signal.Signals(signum).name
+        if trainer.is_global_zero and trainer.state.fn == TrainerFn.TESTING:
+            config = Path(cfg.output_dir, "config.yaml")
+            print(
+                f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
+                f"Test it with: python {Path(sys.argv[0]).name} --config {config} --resume last",
+                file=sys.stderr,
+            )
+        elif trainer.is_global_zero:
+            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
+            print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None

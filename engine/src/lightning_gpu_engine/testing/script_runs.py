@@ -1,0 +1,192 @@
+"""A task's script run as its users run it, in a fresh process on the CPU, and what its output says: the runs of
+`testing.TaskConformance`, each done once and shared by the checks that read it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_gpu_engine.checkpoint.checks import read_checkpoint
+
+SRC = Path(__file__).resolve().parents[2]  # src/, put on the script's path as if the project were installed
+# Before the task's flags, which may replace them: a tiny epoch of a few batches, every step logged
+DEFAULTS = ["--batch-size=16", "--max-epochs=2", "--logger=csv", "--log-every-n-steps=1"]
+# After them: any CPU can run the checks, and each run costs seconds
+PINNED = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--no-compile"]
+SUMMARY = re.compile(r"^(best|last) (\S+)=.*\bcheckpoints: (.+)$")
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """Each option of an argparse --help and its reason (the help text without '(default: ...)')."""
+    entries: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        entry = re.match(r"^  (-\S.*?)(?:\s{2,}(.*))?$", line)
+        if entry:
+            flags = re.findall(r"--[\w-]+", entry.group(1)) or [entry.group(1).split()[0]]
+            current = entries.setdefault(flags[0].rstrip(","), [entry.group(2) or ""])
+        elif current is not None and line.startswith("   "):
+            current.append(line.strip())
+        else:
+            current = None
+    said = {flag: " ".join(words) for flag, words in entries.items()}
+    return {flag: re.sub(r"\(default: .*?\)|\[the task's default.*?\]", "", why).strip() for flag, why in said.items()}
+
+
+def warned(output: str, promise: str) -> list[str]:
+    """The engine's `warning: <promise>: ...` lines (promises.py) in a run's output."""
+    return [line for line in output.splitlines() if line.startswith(f"warning: {promise}:")]
+
+
+def hardware_line(stdout: str) -> str:
+    return next((line for line in stdout.splitlines() if line.startswith("hardware: ")), "")
+
+
+def compile_off(hardware: str) -> str | None:
+    """Why the hardware line says compile is off for the task (`compile=off (<why>)`), if it does."""
+    found = re.search(r"\bcompile=off \((.*?)\) (?:channels_last|pin_memory)=", hardware)
+    return found.group(1) if found else None
+
+
+def first_difference(want: Any, have: Any, path: str = "") -> str | None:
+    """Where two parts of checkpoints differ (`[0]['state'][3]['exp_avg']`), or None: tensors bit for bit."""
+    if isinstance(want, torch.Tensor) or isinstance(have, torch.Tensor):
+        same = isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor) and want.shape == have.shape
+        return None if same and want.dtype == have.dtype and torch.equal(want, have) else path
+    if isinstance(want, Mapping) and isinstance(have, Mapping):
+        keys = sorted(set(want) | set(have), key=str)
+        pairs = [(f"{path}[{k!r}]", want.get(k), have.get(k)) for k in keys]
+    elif isinstance(want, list | tuple) and isinstance(have, list | tuple) and len(want) == len(have):
+        pairs = [(f"{path}[{i}]", w, h) for i, (w, h) in enumerate(zip(want, have, strict=True))]
+    else:
+        return None if want == have else path
+    return next((where for p, w, h in pairs if (where := first_difference(w, h, p)) is not None), None)
+
+
+def changed_setting(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> str | None:
+    """The first setting (lr, weight_decay, betas, ...) of a param group that differs between two checkpoints'
+    optimizer states, said in words; None where all are the same. The task's code sets none of them mid-run but
+    through its schedulers, which a resume restores: a difference is what a checkpoint load changed."""
+    for i, (before, after) in enumerate(zip(want, have, strict=False)):
+        for j, (old, new) in enumerate(zip(before["param_groups"], after["param_groups"], strict=False)):
+            for key in sorted(set(old) | set(new) - {"params"}):
+                if first_difference(old.get(key), new.get(key)) is not None:
+                    return f"optimizer {i}, param group {j}: {key} is {new.get(key)}, not {old.get(key)}"
+    return None
+
+
+def summary_metrics(stdout: str) -> dict[str, str]:
+    """The summary line's `name=value` pairs before the throughput: what the run reports as its result."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    return dict(re.findall(r"(\S+)=(\S+)", line.split("train throughput=")[0]))
+
+
+class ConformanceRuns:
+    """The task's script run with the suite's flags, each named run once (a class shares them)."""
+
+    def __init__(self, script: Path, tiny: Sequence[str], tmp: Path, timeout: float) -> None:
+        self.script, self.tiny_flags, self.tmp, self.timeout = script, tiny, tmp, timeout
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.done: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
+        path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+        env.setdefault("OMP_NUM_THREADS", "1")  # a tiny network gains nothing from more threads than processes
+        return [sys.executable, str(self.script), *args], env
+
+    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        cmd, env = self.command(*args)
+        cwd = cwd or self.script.parent
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, cwd=cwd, env=env)
+        except subprocess.TimeoutExpired as err:  # a hang fails its check with what the run printed
+            out, errors = (s.decode() if isinstance(s, bytes) else s or "" for s in (err.stdout, err.stderr))
+            return subprocess.CompletedProcess(cmd, -9, out, f"{errors}\nkilled: still running after {err.timeout} s")
+
+    def flags(self, out: Path, *extra: str) -> list[str]:
+        layout = ["--channels-last"] if self.declares_channels_last() else []
+        return [*DEFAULTS, *self.tiny_flags, *layout, *PINNED, f"--output-dir={out}", *extra]
+
+    def once(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run `name` (tiny, ddp, ...) with the suite's flags and `args`, unless it has been run."""
+        if name not in self.done:
+            self.done[name] = self.run(*(args if name == "help" else self.flags(self.tmp / name, *args)))
+        return self.done[name]
+
+    def help(self) -> subprocess.CompletedProcess[str]:
+        return self.once("help", "--help")
+
+    def declares_channels_last(self) -> bool:
+        return "--channels-last" in help_entries(self.help().stdout)
+
+    def two_ranks(self) -> tuple[str, ...]:
+        """Two DDP ranks, each with half the batch when it halves: the global batch and the epoch's steps as on one,
+        so that a SIGTERM after the first step lands mid-epoch there too."""
+        flags, size = [*DEFAULTS, *self.tiny_flags], "1"
+        for flag, after in zip(flags, [*flags[1:], ""], strict=True):  # the last one given counts
+            if flag.startswith("--batch-size"):
+                size = flag.split("=", 1)[1] if "=" in flag else after
+        halved = [f"--batch-size={int(size) // 2}"] if size.isdigit() and int(size) % 2 == 0 else []
+        return ("--devices=2", *halved)
+
+    def uninterrupted(self, ranks: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+        """The finished tiny run on 1 rank or 2, and its output folder."""
+        if ranks == 1:
+            return self.tiny(), self.tmp / "tiny"
+        done = self.once("ddp", *self.two_ranks())
+        assert done.returncode == 0, f"ddp: --devices 2 exited {done.returncode}:\n{tail(done)}"
+        return done, self.tmp / "ddp"
+
+    def tiny(self) -> subprocess.CompletedProcess[str]:
+        """The uninterrupted tiny run; it must have finished for any check that reads it."""
+        done = self.once("tiny")
+        assert done.returncode == 0, f"tiny run: exited {done.returncode}:\n{tail(done)}"
+        return done
+
+    def stopped(self, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        """The tiny run, sent SIGTERM as a scheduler sends it (the whole process group) once training starts."""
+        cmd, env = self.command(*self.flags(out, *extra))
+        pipe, merged = subprocess.PIPE, subprocess.STDOUT
+        # a session of its own: SIGTERM to its group reaches the run and its loader workers, and nothing else
+        process = subprocess.Popen(
+            cmd, stdout=pipe, stderr=merged, text=True, cwd=self.script.parent, env=env, start_new_session=True
+        )
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            # StopOnSignal's note at train start, or else the first progress line: training is under way
+            if "after the current step" in line or (" batch " in line and " step " in line):
+                os.killpg(process.pid, signal.SIGTERM)
+                break
+        try:
+            rest = process.communicate(timeout=self.timeout)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            rest = process.communicate()[0] + "\nkilled: still running after SIGTERM"
+        return subprocess.CompletedProcess(cmd, process.returncode, "".join(lines) + rest, "")
+
+
+def last_checkpoint(out: Path) -> dict[str, Any]:
+    path = out / "checkpoints" / "last.ckpt"
+    assert path.exists(), f"resume: no {path.name} in {path.parent} after SIGTERM"
+    return read_checkpoint(path)
+
+
+def validations(out: Path) -> list[str]:
+    """The validations of every run in `out` (epoch, step, monitored value), one per line: ValidationRecord's."""
+    path = out / "validation.jsonl"
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def tail(done: subprocess.CompletedProcess[str], chars: int = 3000) -> str:
+    return (done.stdout + done.stderr)[-chars:]

@@ -1,0 +1,62 @@
+"""`python tests/engine/ranks.py MY_TASK DUMP_DIR PAUSE_STEP ARGS...`: the toy task at MY_TASK trained with ARGS, and
+every rank saves DUMP_DIR/rank<N>.pt at the end of fit: its parameters and metrics, so tests can check that the ranks
+agree. With PAUSE_STEP > 0 every rank stops after that step's callbacks (a periodic checkpoint included) and waits to
+be killed, once rank 0 has printed "paused at step PAUSE_STEP".
+
+A script, not a function: Lightning starts the other local ranks by running this same command line again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning_gpu_engine import main
+from lightning_gpu_engine.build import trainer as trainer_module
+
+
+class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save
+    def __init__(self, folder: Path, pause_step: int) -> None:
+        self.folder, self.pause_step = folder, pause_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.pause_step:
+            if trainer.is_global_zero:
+                print(f"paused at step {self.pause_step}", flush=True)
+            time.sleep(3600)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        dump = {
+            "params": {name: p.detach().clone() for name, p in pl_module.named_parameters()},
+            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
+            "global_step": trainer.global_step,
+            "world_size": trainer.world_size,
+            "master_port": os.environ.get("MASTER_PORT"),  # where the ranks met
+        }
+        torch.save(dump, self.folder / f"rank{trainer.global_rank}.pt")
+
+
+if __name__ == "__main__":
+    program, folder, pause_step = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    spec = importlib.util.spec_from_file_location("my_task", program)
+    assert spec is not None and spec.loader is not None
+    task = importlib.util.module_from_spec(spec)
+    sys.modules["my_task"] = task
+    spec.loader.exec_module(task)
+    build_callbacks = trainer_module.build_callbacks
+
+    def with_dump(*args: Any, **kwargs: Any) -> list[L.Callback]:
+        return [*build_callbacks(*args, **kwargs), DumpRank(folder, pause_step)]
+
+    trainer_module.build_callbacks = with_dump
+    main(task.TASK, sys.argv[4:])

@@ -1,0 +1,192 @@
+"""Options as a user gives them, on the toy task: flags over a YAML file over the defaults, and a bad value is one line
+naming its flag. The image task's own options are tests/image_classification/test_config.py's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import MISSING_INPUTS, ROOT, heavy_imports_blocked, one_error_line, run_script, without_heavy_imports
+from lightning_gpu_engine import parse_run
+from lightning_gpu_engine.config.options import (
+    Config,
+    ConfigError,
+    parse_betas,
+    parse_every,
+)
+
+from .conftest import run_toy, train
+
+
+def parse_args(toy: ModuleType, argv: list[str]) -> tuple[Config, Any]:
+    """my_task.py's options: the engine's, and the task's own beside them."""
+    return parse_run(argv, toy.TASK)
+
+
+def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
+    cfg = Config()
+    assert cfg.precision == "{{ cookiecutter.precision }}"
+    assert cfg.strategy == "{{ cookiecutter.strategy }}"
+    assert cfg.logger == "{{ cookiecutter.logger }}"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("precision", "8", "--precision"),
+        ("strategy", "horovod", "--strategy"),
+        ("devices", "abc", "--devices"),
+        ("devices", "0", "--devices"),
+        ("devices", "-2", "--devices"),
+        ("batch_size", 0, "--batch-size"),
+        ("max_steps", 0, "--max-steps"),
+        ("lr", 0.0, "--lr"),
+        ("warmup_fraction", 1.0, "--warmup-fraction"),
+        ("logger", "comet", "--logger"),
+        ("betas", "0.9", "--betas"),
+        ("betas", "0.9,1.0", "--betas"),
+        ("betas", "0.9,-0.1", "--betas"),
+        ("betas", "0.9,nan", "--betas"),
+        ("betas", "0.9,0.95,0.99", "--betas"),
+        ("val_every", 0, "--val-every"),
+        ("val_batches", -1, "--val-batches"),
+    ],
+)
+def test_bad_values_name_their_flag(field: str, value: object, flag: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{flag}: "):
+        Config(**{field: value})  # type: ignore[arg-type]
+
+
+def test_flags_override_yaml_which_overrides_defaults_for_the_engines_options_and_the_tasks(
+    toy: ModuleType, tmp_path: Path
+) -> None:
+    (tmp_path / "c.yaml").write_text("batch_size: 32\nlr: 0.01\ndevices: 2\nhidden: 16\nnoise: 0.5\n")
+    cfg, opts = parse_args(toy, ["--config", str(tmp_path / "c.yaml"), "--lr", "0.5", "--no-compile", "--noise=0"])
+    assert (cfg.batch_size, cfg.lr, cfg.devices, cfg.compile) == (32, 0.5, "2", False)
+    assert (opts.hidden, opts.noise) == (16, 0.0)
+    cfg, opts = parse_args(toy, [])  # the task's defaults for engine options, and the engine's for the rest
+    engine = Config()
+    expected = (toy.TASK.defaults.get("batch_size", engine.batch_size), toy.TASK.defaults.get("lr", engine.lr), 64)
+    assert (cfg.batch_size, cfg.lr, opts.hidden) == expected
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("batchsize: 32\n", "unknown key 'batchsize'"),
+        ("batch_size: many\n", "key 'batch_size'.*expected an integer"),
+        ("hidden: wide\n", "key 'hidden'.*expected an integer"),
+        ("precision: 8\n", "--precision: '8' is not one of"),
+        ("- a list\n", "must hold a mapping"),
+    ],
+)
+def test_bad_yaml_is_one_line_and_exit_2(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, message: str
+) -> None:
+    (tmp_path / "c.yaml").write_text(yaml_text)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(toy, ["--config", str(tmp_path / "c.yaml")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--precision", "8"], "--precision: '8' is not one of: auto, bf16-mixed, bf16-true, 16-mixed, 32-true"),
+        (["--devices", "abc"], "--devices: expected 'auto', a positive count or distinct GPU ids"),
+        (["--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
+        (["--hidden", "x"], "argument --hidden: expected an integer, got 'x'"),
+        (["--betas", "0.9;0.95"], "--betas: expected two numbers in [0, 1) like '0.9,0.95', got '0.9;0.95'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_flag_is_one_line_no_traceback_exit_2(
+    toy: ModuleType, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    """In this process, through `main` (the entry points' own doors: the test after the next)."""
+    with pytest.raises(SystemExit) as refused, heavy_imports_blocked():
+        train(toy, args)
+    assert refused.value.code == 2
+    assert expected in one_error_line(capsys)
+
+
+def test_help_shows_every_option_with_its_default_and_reason(my_task: Path, toy: ModuleType) -> None:
+    result = run_toy(my_task, "--help")
+    assert result.returncode == 0
+    for flag in ("--devices", "--num-nodes", "--compile, --no-compile", "--hidden", "--samples"):
+        assert flag in result.stdout
+    text = " ".join(result.stdout.split())
+    assert "bf16-mixed on Ampere+" in text
+    assert f"(default: {toy.TASK.defaults.get('batch_size', Config().batch_size)})" in text
+    assert "a few % speed" in text, "help text with a percent sign reads as written"
+
+
+# bench.py and prepare_data.py still import torch before they read their flags: seconds before a typo's line
+FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("bench.py", "prepare_data.py"))
+
+
+def test_the_entry_points_answer_a_bad_flag_or_a_missing_file_before_importing_torch_or_lightning(
+    tmp_path: Path,
+) -> None:
+    """A typo's one line comes at once, in a flag or in a path. Here torch and Lightning cannot be imported at all, so
+    a script that imports either before it answers fails with a traceback (train.py once imported Lightning on its
+    way out: 5 s of every one-line error; a mistyped --data-dir was told after every import, 5 s to 31 s)."""
+    env = without_heavy_imports(tmp_path / "shim")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "train.py" in FLAGS_FIRST and len(FLAGS_FIRST) >= 3
+    runs = [(script, ["--no-such-flag"], "error: ") for script in FLAGS_FIRST]
+    out = f"--output-dir={tmp_path / 'run'}"
+    runs += [("train.py", ["--max-epochs=-1", out], "--max-epochs: ")]
+    missing = [*MISSING_INPUTS, (["--resume={tmp}/none.ckpt"], "--resume: no checkpoint at {tmp}/none.ckpt")]
+    for args, said in missing:
+        runs.append(("train.py", [*(a.format(tmp=empty) for a in args), out], said.format(tmp=empty)))
+    for script, args, said in runs:
+        result = run_script(script, *args, env=env)
+        assert result.returncode == 2, f"{script} {args}: {result.stderr[-2000:]}"
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+        assert said in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+    assert run_script("train.py", "--help", env=env).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "betas"),
+    [("--betas=0.8,0.9", "0.8,0.9"), ("betas: [0.8, 0.99]", "0.8,0.99"), ("betas: 0.85, 0.9", "0.85,0.9")],
+)
+def test_betas_are_two_numbers_given_with_a_comma_or_in_yaml_as_a_list(
+    toy: ModuleType, tmp_path: Path, given: str, betas: str
+) -> None:
+    (tmp_path / "c.yaml").write_text(given + "\n")
+    argv = [given] if given.startswith("--") else ["--config", str(tmp_path / "c.yaml")]
+    assert parse_args(toy, argv)[0].betas == betas
+    assert parse_betas(betas) == tuple(float(b) for b in betas.split(","))
+
+
+@pytest.mark.parametrize("source", ["flag", "yaml"])
+def test_resume_auto_stays_auto_and_numbers_still_take_auto_as_unset(
+    toy: ModuleType, tmp_path: Path, source: str
+) -> None:
+    """`--resume auto` is what scripts/slurm.sbatch passes on every (re)start; read as unset, requeues started over."""
+    (tmp_path / "c.yaml").write_text("resume: auto\nnum_workers: auto\n")
+    argv = ["--resume", "auto", "--num-workers", "auto"] if source == "flag" else ["--config", str(tmp_path / "c.yaml")]
+    cfg, _ = parse_args(toy, argv)
+    assert cfg.resume == "auto"
+    assert cfg.num_workers is None
+    assert parse_args(toy, ["--resume", "none"])[0].resume is None
+
+
+@pytest.mark.parametrize(
+    ("every", "expected"),
+    [("30min", (None, 1800.0)), ("500steps", (500, None)), ("1h,200steps", (200, 3600.0)), ("off", (None, None))],
+)
+def test_checkpoint_every_reads_time_and_steps(
+    toy: ModuleType, every: str, expected: tuple[int | None, float | None]
+) -> None:
+    assert parse_every(parse_args(toy, ["--checkpoint-every", every])[0].checkpoint_every) == expected

@@ -1,0 +1,104 @@
+"""The conformance suite holds the README's own task to every promise, and each promise it checks can be broken: a toy
+task derived from the README's breaks one, and fails that check with the promise named."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightning_gpu_engine import TaskConformance
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = Path(__file__).parent / "broken_tasks"
+
+
+def readme_section(heading: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def python_block(section: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, "the section holds one complete Python file"
+    return blocks[0]
+
+
+def readme_suite() -> type[TaskConformance]:
+    """The README's three lines that add the suite for my_task.py, as a team copies them."""
+    namespace: dict[str, Any] = {}
+    exec(python_block(readme_section("Prove your task keeps every feature")), namespace)
+    return namespace["TestMyTask"]
+
+
+def team_folder(folder: Path, *extra: Path) -> Path:
+    """my_task.py from the README, as a team saves it, with the given scripts beside it (they import it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "my_task.py").write_text(python_block(readme_section("Bring your own task")))
+    for script in extra:
+        shutil.copy(script, folder / script.name)
+    return folder
+
+
+class TestTheReadmeTask(readme_suite()):  # type: ignore[misc]  # the README's three lines, on the README's task
+    @pytest.fixture(scope="class")
+    def task_script(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return team_folder(tmp_path_factory.mktemp("team")) / self.script
+
+
+# 64 samples in batches of 16: an epoch of 4 steps, validated, and 2 more; a SIGTERM at the first lands mid-epoch
+TINY, BAD = TestTheReadmeTask.tiny, TestTheReadmeTask.bad
+
+
+def test_the_readme_says_how_to_run_the_suite() -> None:
+    assert "pytest tests/test_my_task_conformance.py" in readme_section("Prove your task keeps every feature")
+
+
+# Each toy in broken_tasks/ breaks one promise: the check that must fail on it, and how its message begins
+BROKEN_PROMISES = {
+    "plain_loader.py": (
+        "test_sigterm_then_resume_last_ends_bit_identical",
+        r"resume: weight net\.\S+ differs after SIGTERM \+ --resume last: the task's loader does not resume mid-epoch "
+        r"\(use engine train_loader\)",
+    ),
+    "prog_bar_loss.py": (
+        "test_no_metric_is_synced_to_the_progress_bar_every_step",
+        r"progress-bar sync: train/loss is logged with prog_bar=True on every step",
+    ),
+    "defeated_channels_last.py": (
+        "test_a_declared_channels_last_holds_in_training",
+        r"channels_last: the task declares it, but the input reaching net\.1 \(Conv2d\) in the first training step "
+        r"is NCHW",
+    ),
+    "uncaptured.py": (
+        "test_compile_captures_the_networks_and_does_not_recompile_after_the_first_step",
+        r"compile: --compile: dynamo captured no graph of net in the first training step, so nothing runs compiled",
+    ),
+    "recompiling.py": (
+        "test_compile_captures_the_networks_and_does_not_recompile_after_the_first_step",
+        r"compile: the network was compiled again in training step 2, after the first \(.*\.by == 1",
+    ),
+}
+
+
+# A parametrized check, called here in its default file format, on one rank
+ARGUMENTS = {"test_sigterm_then_resume_last_ends_bit_identical": {"saving": (), "ranks": 1}}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_PROMISES))
+def test_a_task_that_breaks_a_promise_fails_the_check_of_that_promise(broken: str, tmp_path: Path) -> None:
+    check, message = BROKEN_PROMISES[broken]
+    folder = team_folder(tmp_path / "team", BROKEN / broken)
+
+    class Broken(TaskConformance):
+        __test__ = False  # run here, one check
+        script, tiny, bad = broken, TINY, BAD
+
+    runs = Broken.runs_in(tmp_path / "runs", folder / broken)
+    with pytest.raises(AssertionError, match=f"^{message}"):
+        getattr(Broken(), check)(runs=runs, **ARGUMENTS.get(check, {}))
+
+
+def test_every_broken_task_is_checked() -> None:
+    assert sorted(p.name for p in BROKEN.glob("*.py")) == sorted(BROKEN_PROMISES)

@@ -1,0 +1,175 @@
+"""Scaling out on one CPU machine over gloo, the toy task's ranks: DDP, two "nodes" under torchrun, SLURM requeue.
+FSDP's set-up, which needs a network of blocks, is tests/image_classification/test_distributed.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, SAVING, Launch, finish, free_port, kill_at_pause, script_env, wait, wait_until
+from lightning_gpu_engine import read_checkpoint
+from lightning_gpu_engine.checkpoint.saving import resume_path
+from lightning_gpu_engine.config.options import Config, ConfigError
+from machine_sharing import port_range
+from reference_runs import ReferenceRuns
+
+RANKS = str(Path(__file__).with_name("ranks.py"))
+
+
+def without_output_dir(args: list[str]) -> list[str]:
+    return [arg for arg in args if not arg.startswith("--output-dir=")]
+
+
+def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    assert all(rank["world_size"] == world_size for rank in ranks)
+    return ranks
+
+
+def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
+    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
+    Validation metrics are reduced over all ranks, so they must agree exactly too."""
+    first, *others = ranks
+    for other in others:
+        assert first["global_step"] == other["global_step"]
+        assert first["params"].keys() == other["params"].keys()
+        for name, value in first["params"].items():
+            assert torch.equal(value, other["params"][name]), name
+        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+        assert val.keys() == {"val/loss"}
+        assert val == {k: other["metrics"][k] for k in val}
+
+
+def test_resume_auto_takes_the_newest_checkpoint_or_starts_afresh(tmp_path: Path) -> None:
+    cfg = Config(output_dir=str(tmp_path), resume="auto")
+    assert resume_path(cfg.output_dir, cfg.resume) is None
+    last, preempted = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
+    last.parent.mkdir()
+    last.touch()
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
+    preempted.touch()
+    os.utime(last, (1, 1))
+    assert resume_path(cfg.output_dir, cfg.resume) == str(preempted)
+    os.utime(preempted, (0, 0))
+    assert resume_path(cfg.output_dir, cfg.resume) == str(last)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"activation_checkpointing": True}, "--activation-checkpointing: only applies with --strategy fsdp"),
+        ({"fsdp_sharding": "NO_SHARD"}, "--fsdp-sharding: only applies with --strategy fsdp"),
+        ({"resume": "lats"}, "--resume: give 'auto', 'last' or the path of a .ckpt file"),
+    ],
+)
+def test_scale_out_options_are_checked_early(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config(strategy="ddp", **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.multiprocess
+@SAVING
+def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
+    formats: list[str], launch: Launch, references: ReferenceRuns, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """Sharded: both ranks write their share of the same tensors (DCP spreads them), in the background, and end as
+    the uninterrupted run of one file (trained once for both ways of saving). The ranks meet on a port conftest.py
+    drew from its worker's range, not one Lightning picks in the ephemeral range."""
+    layout = ["--devices=2", "--strategy=ddp", "--samples=64", "--max-epochs=2"]  # 4 steps an epoch
+    ddp = [sys.executable, RANKS, str(my_task)]
+    whole_run = [*ddp, "{dump}", "0", *without_output_dir(tiny_args), *layout, "--output-dir={out}"]
+    references.copy(whole_run, {"dump": tmp_path / "whole", "out": tmp_path / "uninterrupted"}, ROOT, script_env())
+    whole = load_ranks(tmp_path / "whole", 2)
+    assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
+    assert_ranks_agree(whole)
+    ports = {int(rank["master_port"]) for rank in whole}
+    assert len(ports) == 1 and ports <= set(port_range()), ports
+    args = [*tiny_args, *layout, *formats]
+
+    # killed after the periodic checkpoint of step 6, mid-epoch, all ranks at once, as by the OOM killer or a lost node
+    at = 6
+    every = f"--checkpoint-every={at}steps"
+    kill_at_pause(launch([*ddp, str(tmp_path / "killed"), str(at), *args, every]), at)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = read_checkpoint(last)["global_step"]
+    # --async-save: the step-6 save may still have been writing when the kill came; the epoch end's, step 4, remains
+    assert saved == at or (formats and saved == 4), saved
+    if formats:  # the ranks share the writing of the weights they hold alike (a buffer would be rank 0's alone)
+        index = pickle.loads((last / ".metadata").read_bytes())  # the run's own file: trusted here
+        weights = {where.relative_path for at, where in index.storage_data.items() if at.fqn.startswith("state_dict.")}
+        assert weights == {"__0_0.distcp", "__1_0.distcp"}, "each rank wrote some of the weights"
+
+    output = finish(launch([*ddp, str(tmp_path / "resumed"), "0", *args, every, "--resume=last"]))
+    assert f"Restoring states from the checkpoint path at {last}" in output
+    resumed = load_ranks(tmp_path / "resumed", 2)
+    assert resumed[0]["global_step"] == 8
+    assert_ranks_agree(resumed)
+    for name, weight in whole[0]["params"].items():
+        assert torch.equal(resumed[0]["params"][name], weight), name
+    for metric in ("train/loss", "val/loss"):
+        assert resumed[0]["metrics"][metric] == whole[0]["metrics"][metric], metric
+    # validation.jsonl (what sweep.py prunes by): one line per validation from rank 0 alone, none again on resume
+    for run in ("uninterrupted", "run"):
+        record = [json.loads(line) for line in (tmp_path / run / "validation.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/loss"] == whole[0]["metrics"]["val/loss"]
+
+
+@pytest.mark.multiprocess
+def test_two_nodes_under_torchrun_train_as_one_job(
+    launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
+    torchrun += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test", "--max-restarts=0"]
+    cmd = [*torchrun, RANKS, str(my_task), str(tmp_path / "dump"), "0", *tiny_args, "--devices=1", "--num-nodes=2"]
+    nodes = [launch(cmd) for _ in range(2)]
+    outputs = [finish(node) for node in nodes]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
+    assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
+    hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())
+    assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes
+
+
+@SAVING
+def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
+    formats: list[str], launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH, and the toy task as the
+    train.py it starts. The requeue kills the job right after the save: an --async-save one must be on disk by then."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python").write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {my_task} "$@"\n')  # `python train.py`
+    # srun: run the command in place, telling the test its pid. scontrol: note the request, then end the job the way
+    # SLURM does after a requeue (SIGKILL once the grace time is over).
+    (stubs / "srun").write_text(f'#!/bin/sh\necho $$ > {tmp_path}/train.pid\nexec "$@"\n')
+    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\nkill -KILL $PPID\n')
+    for stub in ("python", "srun", "scontrol"):
+        (stubs / stub).chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}
+    slurm |= {"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+    # 100 steps an epoch: the signal comes after the first epoch's checkpoint, long before the last step
+    job = ["bash", "scripts/slurm.sbatch", *tiny_args, *formats, "--samples=800", "--max-steps=400", "--max-epochs=100"]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    first = launch(job, env)
+    # after the first epoch's checkpoint the training loop, and Lightning's handlers, are running
+    wait_until(last.exists, first, "the first epoch's checkpoint")
+    os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
+    output = wait(first)
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
+    saved = read_checkpoint(tmp_path / "run" / "hpc_ckpt_1.ckpt")
+    assert 100 <= saved["global_step"] < 400
+
+    output = finish(launch(job, env))
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
+    assert read_checkpoint(last)["global_step"] == 400
