@@ -21,7 +21,7 @@ SUPPORTED_PYTHON = ("3.10", "3.11", "3.12", "3.13")  # what torch, lightning and
 DEPENDENCIES = {"torch", "torchvision", "lightning", "torchmetrics", "numpy", "pyyaml", "rich", "tensorboard", "pillow"}
 DEPENDENCIES |= {"timm", "torchcodec", "safetensors", "onnx", "onnxruntime", "onnxscript", "tokenizers", "transformers"}
 DEPENDENCIES |= {"pytest", "ruff", "mypy", "types-pyyaml", "optuna", "matplotlib", "psycopg", "psycopg-binary"}
-DEPENDENCIES |= {"litdata", "boto3", "moto"}
+DEPENDENCIES |= {"litdata", "boto3", "moto", "lightning-gpu-engine", "hatchling"}
 # Top-level modules the project or its dependencies import; a package of that name would be imported instead.
 # (`test` is the standard library's own test package, which sys.stdlib_module_names leaves out.)
 IMPORTED = {"torch", "torchvision", "lightning", "lightning_utilities", "pytorch_lightning", "torchmetrics", "numpy"}
@@ -29,7 +29,7 @@ IMPORTED |= {"yaml", "PIL", "rich", "tensorboard", "triton", "sympy", "fsspec", 
 IMPORTED |= {"tqdm", "jinja2", "filelock", "networkx", "pytest", "mypy", "ruff", "test"}
 IMPORTED |= {"timm", "torchcodec", "safetensors", "huggingface_hub", "onnx", "onnxruntime", "onnxscript"}
 IMPORTED |= {"optuna", "matplotlib", "sqlalchemy", "alembic", "psycopg", "tokenizers", "transformers"}
-IMPORTED |= {"litdata", "boto3", "botocore", "moto", "obstore"}
+IMPORTED |= {"litdata", "boto3", "botocore", "moto", "obstore", "lightning_gpu_engine"}
 # The project's own top-level scripts and test helpers (the template's tests fail when one is missing here).
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
@@ -48,6 +48,7 @@ DIST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 n
 # The cooldown is written into uv's, pip's, Renovate's and Dependabot's settings; Dependabot takes 1 to 90 days.
 MAX_COOLDOWN = 90
 BOTS = ("renovate", "dependabot")
+ENGINE_SOURCES = ("bundled", "index")  # hooks/post_gen_project.py gives the project its engine by one of them
 
 
 def problem() -> str | None:
@@ -75,6 +76,8 @@ def problem() -> str | None:
         return f"cooldown_days: {cooldown!r} is not a whole number of days from 0 (no cooldown) to {MAX_COOLDOWN}"
     if ANSWERS.get("dependency_bot", BOTS[0]) not in BOTS:
         return f"dependency_bot: {ANSWERS['dependency_bot']!r} is not offered; choose one of {', '.join(BOTS)}"
+    if ANSWERS.get("engine_source", ENGINE_SOURCES[0]) not in ENGINE_SOURCES:
+        return f"engine_source: {ANSWERS['engine_source']!r} is not offered; choose one of {', '.join(ENGINE_SOURCES)}"
     for name in ("description", "author"):
         if re.search(r'["\\\x00-\x1f]', ANSWERS[name]):
             return f"{name}: {ANSWERS[name]!r} goes into pyproject.toml: no double quotes, backslashes or line breaks"

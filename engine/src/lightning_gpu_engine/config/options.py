@@ -48,15 +48,15 @@ class Config:
     accelerator: str = opt("auto", "auto picks CUDA when a GPU is visible, else CPU", ACCELERATORS)
     devices: str = opt("auto", "per node: 'auto', a count, or GPU ids like '0,1'")
     num_nodes: int = opt(1, "machines in the job; global batch = batch-size x devices x nodes")
-    strategy: str = opt("{{ cookiecutter.strategy }}", "auto = DDP when more than one device", STRATEGIES)
+    strategy: str = opt("auto", "auto = DDP when more than one device", STRATEGIES)
     precision: str = opt(
-        "{{ cookiecutter.precision }}",
+        "auto",
         "auto = bf16-mixed on Ampere+ GPUs and on CPUs with AMX/AVX512-BF16 (bench.py: 1.1-2.0x fp32 for ResNets), "
         "16-mixed on older GPUs, 32-true on other CPUs; bf16-true: bf16 weights too",
         PRECISIONS,
     )
     compile: bool | None = opt(
-        {{ "None" if cookiecutter.compile == "yes" else "False" }},
+        None,
         "torch.compile the network; unset = on with CUDA, off on CPU where compile time dominates",
     )
     compile_mode: str = opt("default", "max-autotune trades minutes of compile for a few % speed", COMPILE_MODES)
@@ -66,7 +66,7 @@ class Config:
         "share one between runs, none = torch's own (/tmp, node-local)",
     )
     channels_last: bool | None = opt(
-        {{ "None" if cookiecutter.channels_last == "yes" else "False" }},
+        None,
         "tasks that declare it (convolutional networks): NHWC lets tensor cores run convolutions without transposes; "
         "unset = on with CUDA, and on CPUs running bf16 natively (bench.py: 1.04-1.24x there, 0.83-0.96x in fp32)",
     )
@@ -102,7 +102,7 @@ class Config:
         "'last' = <output-dir>/checkpoints/last.ckpt; 'auto' = the newest of it and a preemption checkpoint, "
         "or a fresh start if neither exists (what a requeued job needs); or a checkpoint path",
     )
-    logger: str = opt("{{ cookiecutter.logger }}", "experiment tracker; wandb and mlflow need their package", LOGGERS)
+    logger: str = opt("tensorboard", "experiment tracker; wandb and mlflow need their package", LOGGERS)
     log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
     checkpoint_every: str = opt(
         "30min",

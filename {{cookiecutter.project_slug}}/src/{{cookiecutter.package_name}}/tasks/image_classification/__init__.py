@@ -99,6 +99,15 @@ def unused_options(opts: Any) -> list[str]:
     return [name for name, sources in DATA_OPTIONS.items() if opts.data not in sources]
 
 
+# This project's answers to the template's questions: where its runs start, before configs/ and the flags
+ANSWERS = {
+    "precision": "{{ cookiecutter.precision }}",
+    "strategy": "{{ cookiecutter.strategy }}",
+    "compile": {{ "None" if cookiecutter.compile == "yes" else "False" }},
+    "logger": "{{ cookiecutter.logger }}",
+    "channels_last": {{ "None" if cookiecutter.channels_last == "yes" else "False" }},
+}
+
 TASK = Task(
     name="the image classifier",
     options=ImageOptions,
@@ -122,4 +131,5 @@ TASK = Task(
     check_resume=check_resume,
     check_inputs=check_inputs,
     unused_options=unused_options,
+    defaults=ANSWERS,
 )

@@ -104,6 +104,14 @@ GPT2_RECIPE = {
     ),
 }
 
+# This project's answers to the template's questions: where its runs start, before configs/ and the flags
+ANSWERS = {
+    "precision": "{{ cookiecutter.precision }}",
+    "strategy": "{{ cookiecutter.strategy }}",
+    "compile": {{ "None" if cookiecutter.compile == "yes" else "False" }},
+    "logger": "{{ cookiecutter.logger }}",
+}
+
 TASK = Task(
     name="the language model",
     options=LanguageOptions,
@@ -133,5 +141,5 @@ TASK = Task(
     check_inputs=check_inputs,
     unused_options=unused_options,
     summary=summary,
-    defaults=GPT2_RECIPE,
+    defaults={**ANSWERS, **GPT2_RECIPE},
 )
