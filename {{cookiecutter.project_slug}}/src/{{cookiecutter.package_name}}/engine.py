@@ -1,0 +1,11 @@
+"""`{{ cookiecutter.package_name }}.engine` as another name for lightning_gpu_engine: repos baked before the engine became a package
+imported it from here, and a team's own task files there keep working after `cruft update`. New code imports
+`lightning_gpu_engine`."""
+
+import lightning_gpu_engine as _engine
+
+__all__ = _engine.__all__
+
+
+def __getattr__(name: str) -> object:
+    return getattr(_engine, name)  # on first use, as the engine itself loads its heavy names
