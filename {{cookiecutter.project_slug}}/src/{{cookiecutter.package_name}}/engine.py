@@ -2,7 +2,12 @@
 imported it from here, and a team's own task files there keep working after `cruft update`. New code imports
 `lightning_gpu_engine`."""
 
+from typing import TYPE_CHECKING
+
 import lightning_gpu_engine as _engine
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ hands each name over on first use
+    from lightning_gpu_engine import *  # noqa: F403
 
 __all__ = _engine.__all__
 
