@@ -1,0 +1,102 @@
+"""The engine is a package of its own: one wheel, the same bytes from every build, that a bake installs by a
+hash-checked file reference (engine_source=bundled) or from the team's own index (engine_source=index), and that a
+team can eject into its project."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import site
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+from conftest import TEMPLATE, bake, run
+
+ENGINE = TEMPLATE / "engine"
+sys.path.insert(0, str(ENGINE / "_build"))
+import wheel_backend  # noqa: E402  # the engine's build backend: what pip, uv and the post-gen hook call
+
+VERSION = tomllib.loads((ENGINE / "pyproject.toml").read_text())["project"]["version"]
+WHEEL = f"lightning_gpu_engine-{VERSION}-py3-none-any.whl"
+
+
+def venv(tmp_path: Path) -> Path:
+    """A fresh virtual environment that sees this one's packages (torch, lightning, hatchling...) through a .pth
+    file, so nothing is downloaded; its own site-packages hold only what a test installs. Returns its python."""
+    where = tmp_path / "venv"
+    assert run(sys.executable, "-m", "venv", "--without-pip", where, cwd=tmp_path).returncode == 0
+    (next(where.glob("lib/python*/site-packages")) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return where / "bin" / "python"
+
+
+def pip(python: Path, *args: str | Path, cwd: Path) -> str:
+    """`pip ARGS` in that environment, offline: no index, and the build backends already installed here."""
+    done = run(python, "-m", "pip", *args, cwd=cwd, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def installed_engine(python: Path) -> str:
+    """Where the environment imports the engine from, and its version, as the engine answers."""
+    code = "import importlib.metadata as m, lightning_gpu_engine as e; print(m.version('lightning-gpu-engine'), e.__file__)"
+    done = run(python, "-c", code, cwd=Path("/"), env={"PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_every_build_of_the_engine_gives_the_same_wheel_with_the_whole_package(tmp_path: Path) -> None:
+    first = wheel_backend.build(ENGINE, tmp_path / "a")
+    assert first.name == WHEEL
+    assert first.read_bytes() == wheel_backend.build(ENGINE, tmp_path / "b").read_bytes()
+    sources = {p.relative_to(ENGINE / "src").as_posix() for p in (ENGINE / "src").rglob("*.py")}
+    sources = {s for s in sources if "__pycache__" not in s}
+    with zipfile.ZipFile(first) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(f"lightning_gpu_engine-{VERSION}.dist-info/METADATA").decode()
+    assert sources <= names and any(n.startswith("lightning_gpu_engine/docs/") for n in names)
+    declared = tomllib.loads((ENGINE / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines() if "extra ==" not in line
+            and line.startswith("Requires-Dist: ")] == declared
+
+
+def test_a_bake_pins_the_engine_wheel_it_carries_by_its_hash(tmp_path: Path) -> None:
+    project = bake(tmp_path)
+    carried = project / "wheels" / WHEEL
+    assert carried.read_bytes() == wheel_backend.build(ENGINE, tmp_path / "built").read_bytes()
+    dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    pinned = next(d for d in dependencies if d.startswith("lightning-gpu-engine"))
+    assert pinned == f"lightning-gpu-engine @ {{root:uri}}/wheels/{WHEEL}#sha256={hashlib.sha256(carried.read_bytes()).hexdigest()}"
+
+
+def test_pip_installs_the_engine_from_the_bundled_wheel_and_refuses_a_substitute(tmp_path: Path) -> None:
+    project = bake(tmp_path / "bake")
+    python = venv(tmp_path)
+    pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
+    version, location = installed_engine(python).split()
+    assert version == VERSION and location.startswith(str(tmp_path / "venv")), location
+    # A same-named wheel with other contents, as an index or a tampered copy would hand over: pip refuses it
+    other = tmp_path / "other"
+    substitute = wheel_backend.build(ENGINE, tmp_path / "substitute")
+    with zipfile.ZipFile(substitute, "a") as wheel:
+        wheel.writestr("lightning_gpu_engine/planted.py", "print('not the engine this project pinned')\n")
+    project.rename(other)
+    substitute.replace(other / "wheels" / WHEEL)
+    refused = run(python, "-m", "pip", "install", "--no-index", "--no-build-isolation", "-e", other, cwd=tmp_path)
+    assert refused.returncode != 0 and "HASHES" in refused.stdout + refused.stderr, refused.stderr[-2000:]
+
+
+def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: Path) -> None:
+    project = bake(tmp_path / "bake", engine_source="index")
+    series = ".".join(VERSION.split(".")[:2])
+    assert f'"lightning-gpu-engine~={series}"' in (project / "pyproject.toml").read_text()
+    assert not (project / "wheels").exists()
+    python = venv(tmp_path)
+    offline = run(python, "-m", "pip", "install", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
+    assert offline.returncode != 0 and "lightning-gpu-engine" in offline.stderr, "the engine came from elsewhere"
+    index = tmp_path / "index"  # what the README's publish command uploads, laid out as a folder index
+    wheel_backend.build(ENGINE, index)
+    pip(python, "install", "-q", "--no-index", "--find-links", index, "--no-build-isolation", "-e", project, cwd=tmp_path)
+    version, location = installed_engine(python).split()
+    assert version == VERSION and location.startswith(str(tmp_path / "venv"))
