@@ -100,3 +100,25 @@ def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: P
     pip(python, "install", "-q", "--no-index", "--find-links", index, "--no-build-isolation", "-e", project, cwd=tmp_path)
     version, location = installed_engine(python).split()
     assert version == VERSION and location.startswith(str(tmp_path / "venv"))
+
+
+def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_package(tmp_path: Path) -> None:
+    project = bake(tmp_path / "bake")
+    python = venv(tmp_path)
+    pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
+    ejected = run(python, "-m", "lightning_gpu_engine", "eject", "--project", project, cwd=tmp_path)
+    assert ejected.returncode == 0, ejected.stderr
+    pip(python, "uninstall", "-q", "-y", "lightning-gpu-engine", cwd=tmp_path)
+    gone = run(python, "-c", "import lightning_gpu_engine", cwd=tmp_path, env={"PYTHONPATH": ""})
+    assert gone.returncode != 0, "the package is still installed"
+    package = project / "src" / "image_classifier"
+    assert (package / "engine" / "__init__.py").is_file() and not (package / "engine.py").exists()
+    leftovers = [str(p.relative_to(project)) for p in project.rglob("*.py") if "lightning_gpu_engine" in p.read_text()]
+    assert leftovers == []
+    pyproject = (project / "pyproject.toml").read_text()
+    assert "lightning-gpu-engine" not in pyproject and not (project / "wheels" / WHEEL).exists()
+    assert re.search(r'(?m)^    "litdata>=', pyproject), "the engine's own needs became the project's"
+    pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
+    suite = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/image_classification/test_conformance.py",
+                "tests/image_classification/test_config.py", cwd=project, timeout=1800, env={"PYTHONPATH": ""})
+    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
