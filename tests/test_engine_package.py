@@ -16,7 +16,7 @@ from conftest import TEMPLATE, bake, run
 
 ENGINE = TEMPLATE / "engine"
 sys.path.insert(0, str(ENGINE / "_build"))
-import wheel_backend  # noqa: E402  # the engine's build backend: what pip, uv and the post-gen hook call
+import wheel_backend  # the engine's build backend: what pip, uv and the post-gen hook call
 
 VERSION = tomllib.loads((ENGINE / "pyproject.toml").read_text())["project"]["version"]
 WHEEL = f"lightning_gpu_engine-{VERSION}-py3-none-any.whl"
@@ -57,8 +57,11 @@ def test_every_build_of_the_engine_gives_the_same_wheel_with_the_whole_package(t
         metadata = wheel.read(f"lightning_gpu_engine-{VERSION}.dist-info/METADATA").decode()
     assert sources <= names and any(n.startswith("lightning_gpu_engine/docs/") for n in names)
     declared = tomllib.loads((ENGINE / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines() if "extra ==" not in line
-            and line.startswith("Requires-Dist: ")] == declared
+    assert [
+        line.removeprefix("Requires-Dist: ")
+        for line in metadata.splitlines()
+        if "extra ==" not in line and line.startswith("Requires-Dist: ")
+    ] == declared
 
 
 def test_a_bake_pins_the_engine_wheel_it_carries_by_its_hash(tmp_path: Path) -> None:
@@ -67,7 +70,10 @@ def test_a_bake_pins_the_engine_wheel_it_carries_by_its_hash(tmp_path: Path) -> 
     assert carried.read_bytes() == wheel_backend.build(ENGINE, tmp_path / "built").read_bytes()
     dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
     pinned = next(d for d in dependencies if d.startswith("lightning-gpu-engine"))
-    assert pinned == f"lightning-gpu-engine @ {{root:uri}}/wheels/{WHEEL}#sha256={hashlib.sha256(carried.read_bytes()).hexdigest()}"
+    assert (
+        pinned
+        == f"lightning-gpu-engine @ {{root:uri}}/wheels/{WHEEL}#sha256={hashlib.sha256(carried.read_bytes()).hexdigest()}"
+    )
 
 
 def test_pip_installs_the_engine_from_the_bundled_wheel_and_refuses_a_substitute(tmp_path: Path) -> None:
@@ -97,7 +103,18 @@ def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: P
     assert offline.returncode != 0 and "lightning-gpu-engine" in offline.stderr, "the engine came from elsewhere"
     index = tmp_path / "index"  # what the README's publish command uploads, laid out as a folder index
     wheel_backend.build(ENGINE, index)
-    pip(python, "install", "-q", "--no-index", "--find-links", index, "--no-build-isolation", "-e", project, cwd=tmp_path)
+    pip(
+        python,
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        index,
+        "--no-build-isolation",
+        "-e",
+        project,
+        cwd=tmp_path,
+    )
     version, location = installed_engine(python).split()
     assert version == VERSION and location.startswith(str(tmp_path / "venv"))
 
@@ -119,6 +136,18 @@ def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_
     assert "lightning-gpu-engine" not in pyproject and not (project / "wheels" / WHEEL).exists()
     assert re.search(r'(?m)^    "litdata>=', pyproject), "the engine's own needs became the project's"
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
-    suite = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/image_classification/test_conformance.py",
-                "tests/image_classification/test_config.py", cwd=project, timeout=1800, env={"PYTHONPATH": ""})
+    suite = run(
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-x",
+        "tests/image_classification/test_conformance.py",
+        "tests/image_classification/test_config.py",
+        cwd=project,
+        timeout=1800,
+        env={"PYTHONPATH": ""},
+    )
     assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
