@@ -56,6 +56,7 @@ TYPED = [
 LITERAL_ANSWER = re.compile(
     r'"\{\{ cookiecutter\.\w+ \}\}"|\{\{ "None" if cookiecutter\.\w+ == "yes" else "False" \}\}'
 )
+ENGINE_WHEEL = f"lightning_gpu_engine-{tomllib.loads((TEMPLATE / 'engine' / 'pyproject.toml').read_text())['project']['version']}-py3-none-any.whl"
 JINJA_LEFTOVER = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub's ${{ expr }} is meant to stay
 
 
@@ -86,10 +87,10 @@ def test_every_task_choice_is_a_task_folder_which_the_hooks_folder_rule_reads() 
 BOT_CONFIGS = {"renovate": "renovate.json", "dependabot": ".github/dependabot.yml"}
 
 
-def expected_files(task: str, bot: str) -> set[str]:
+def expected_files(task: str, bot: str, bundled: bool) -> set[str]:
     """The template's files as the post-gen hook's folder rule leaves them for `task`: every other task's folders
     (src/<package>/tasks/<name>/, tests/<name>/) left out, and _variants/<task>/ copied over the root; names unrendered.
-    Only the chosen dependency bot's config stays."""
+    Only the chosen dependency bot's config stays, and the engine's wheel where the project carries it."""
     source = TEMPLATE / "{{cookiecutter.project_slug}}"
     others = [t.replace("-", "_") for t in CHOICES["task"] if t != task]
     left_out = [f"src/{{{{cookiecutter.package_name}}}}/tasks/{o}/" for o in others] + [f"tests/{o}/" for o in others]
@@ -98,7 +99,9 @@ def expected_files(task: str, bot: str) -> set[str]:
         f.removeprefix(variants)
         for f in files(source)
         if not f.startswith(tuple(left_out)) and (not f.startswith("_variants/") or f.startswith(variants))
-    } - {config for other, config in BOT_CONFIGS.items() if other != bot}
+    } - {config for other, config in BOT_CONFIGS.items() if other != bot} | (
+        {f"wheels/{ENGINE_WHEEL}"} if bundled else set()
+    )
 
 
 def test_answers_but_the_task_and_python_version_fill_only_literals_in_python_files() -> None:
@@ -115,23 +118,23 @@ def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Ro
     # names are rendered. The other tasks' folders are left out, and the task's _variants/ replace shared files.
     answers, project = baked
     package = answers["project_name"].lower().replace(" ", "_")
-    left = expected_files(answers["task"], answers["dependency_bot"])
+    left = expected_files(answers["task"], answers["dependency_bot"], answers["engine_source"] == "bundled")
     expected = {f.replace("{{cookiecutter.package_name}}", package) for f in left}
     assert files(project) == expected
     assert "_variants" not in {p.name for p in project.iterdir()}
     for extra in (".pre-commit-config.yaml", ".github/workflows/ci.yml", ".github/workflows/gpu.yml", "Dockerfile"):
         assert extra in expected
     assert not [f for f in expected if "__pycache__" in f or f.endswith(".pyc")]
-    # Every bake carries the whole engine suite, and the tests of its own task only
-    engine = files(TEMPLATE / "{{cookiecutter.project_slug}}" / "tests" / "engine")
-    assert {f.removeprefix("tests/engine/") for f in files(project) if f.startswith("tests/engine/")} == engine
+    # The engine is a dependency, not a copy: no engine module or engine test is in the bake; its task's tests are
     own = answers["task"].replace("-", "_")
-    assert {f.split("/")[1] for f in files(project) if f.startswith("tests/") and f.count("/") > 1} == {"engine", own}
+    assert not [f for f in files(project) if f.startswith((f"src/{package}/engine/", "tests/engine/"))]
+    assert {f.split("/")[1] for f in files(project) if f.startswith("tests/") and f.count("/") > 1} == {own}
 
 
 def test_no_jinja_is_left_in_any_file(baked: tuple[Row, Path]) -> None:
     _, project = baked
-    leftovers = [f for f in files(project) if JINJA_LEFTOVER.search(f + (project / f).read_text())]
+    texts = {f: (project / f).read_text() for f in files(project) if not f.endswith(".whl")}  # the engine's wheel: bytes
+    leftovers = [f for f, text in texts.items() if JINJA_LEFTOVER.search(f + text)]
     assert not leftovers
 
 
@@ -154,7 +157,7 @@ def test_a_tracker_is_a_dependency_when_chosen_and_a_choice_of_logger_in_every_b
     answers, project = baked
     dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith(f"{tracker}>=") for d in dependencies) is (answers["logger"] == tracker)
-    loggers = project / "src" / answers["project_name"].lower().replace(" ", "_") / "engine" / "loggers.py"
+    loggers = TEMPLATE / "engine" / "src" / "lightning_gpu_engine" / "build" / "loggers.py"
     assert f'cfg.logger == "{tracker}"' in loggers.read_text(), "selectable by --logger whatever the answer"
 
 

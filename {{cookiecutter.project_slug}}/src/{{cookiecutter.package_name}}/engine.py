@@ -1,6 +1,8 @@
-"""`{{ cookiecutter.package_name }}.engine` as another name for lightning_gpu_engine: repos baked before the engine became a package
-imported it from here, and a team's own task files there keep working after `cruft update`. New code imports
-`lightning_gpu_engine`."""
+"""This package's `engine`, as another name for lightning_gpu_engine.
+
+Repos baked before the engine became a package imported it from here, and a team's own task files there keep working
+after `cruft update`. New code imports `lightning_gpu_engine`.
+"""
 
 from typing import TYPE_CHECKING
 
