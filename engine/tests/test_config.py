@@ -11,12 +11,8 @@ from typing import Any
 import pytest
 from conftest import MISSING_INPUTS, ROOT, heavy_imports_blocked, one_error_line, run_script, without_heavy_imports
 from lightning_gpu_engine import parse_run
-from lightning_gpu_engine.config.options import (
-    Config,
-    ConfigError,
-    parse_betas,
-    parse_every,
-)
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError, parse_betas, parse_every
 
 from .conftest import run_toy, train
 

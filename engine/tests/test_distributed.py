@@ -17,7 +17,8 @@ import yaml
 from conftest import ROOT, SAVING, Launch, finish, free_port, kill_at_pause, script_env, wait, wait_until
 from lightning_gpu_engine import read_checkpoint
 from lightning_gpu_engine.checkpoint.saving import resume_path
-from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError
 from machine_sharing import port_range
 from reference_runs import ReferenceRuns
 

@@ -29,18 +29,21 @@ from lightning_gpu_engine.checkpoint.rundir import check_writable_dir, last_path
 
 # Light: options, the Task, the entry point's loop, files and one-line messages import neither torch nor Lightning.
 from lightning_gpu_engine.config.cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
-from lightning_gpu_engine.config.options import Config, ConfigError, check_choices, check_path, opt, parse_betas
+from lightning_gpu_engine.config.options import Config, check_choices
 from lightning_gpu_engine.config.quiet import set_up_warnings
+from lightning_gpu_engine.config.values import ConfigError, TaskDefault, check_path, opt, parse_betas
 from lightning_gpu_engine.run import main, run
-from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, TaskDefault, first_dim, saved_record
+from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports each when first used
-    from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units, launched_as_global_zero, measuring_trainer
+    from lightning_gpu_engine.build.launchers import launched_as_global_zero
+    from lightning_gpu_engine.build.optimizers import no_decay_names
+    from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units, measuring_trainer
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, read_checkpoint
     from lightning_gpu_engine.data.loaders import eval_loader, train_loader
     from lightning_gpu_engine.data.streaming import StreamedItems, read_made_by
     from lightning_gpu_engine.data.streaming_write import chunks_output, parse_chunk_bytes, write_chunks
-    from lightning_gpu_engine.module import EngineModule, clean_name, no_decay_names, run_hparams, warmup_cosine
+    from lightning_gpu_engine.module import EngineModule, clean_name, run_hparams, warmup_cosine
     from lightning_gpu_engine.perf.hardware import Hardware, apply_backend_flags, cpus_per_device
     from lightning_gpu_engine.perf.hardware import resolve as resolve_hardware
     from lightning_gpu_engine.perf.monitors import HALF
@@ -63,7 +66,7 @@ _HEAVY = {
     "train_loader": ("data.loaders", "train_loader"),
     "EngineModule": ("module", "EngineModule"),
     "clean_name": ("module", "clean_name"),
-    "no_decay_names": ("module", "no_decay_names"),
+    "no_decay_names": ("build.optimizers", "no_decay_names"),
     "run_hparams": ("module", "run_hparams"),
     "warmup_cosine": ("module", "warmup_cosine"),
     "HALF": ("perf.monitors", "HALF"),
@@ -83,7 +86,7 @@ _HEAVY = {
     "TaskConformance": ("testing.conformance", "TaskConformance"),
     "build_trainer": ("build.trainer", "build_trainer"),
     "fsdp_units": ("build.trainer", "fsdp_units"),
-    "launched_as_global_zero": ("build.trainer", "launched_as_global_zero"),
+    "launched_as_global_zero": ("build.launchers", "launched_as_global_zero"),
     "measuring_trainer": ("build.trainer", "measuring_trainer"),
 }
 __all__ = [  # the light names and those of _HEAVY, sorted

@@ -28,8 +28,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torchmetrics import Metric
 
-from lightning_gpu_engine.build.optimizers import MuonWithAdamW, muon_names, split_for_muon
-from lightning_gpu_engine.config.options import Config, parse_betas
+from lightning_gpu_engine.build.optimizers import MuonWithAdamW, muon_names, no_decay_names, split_for_muon
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import parse_betas
 from lightning_gpu_engine.perf.hardware import Hardware
 from lightning_gpu_engine.perf.networks import compile_networks, module_flops
 
@@ -54,15 +55,6 @@ def clean_name(name: str) -> str:
     for prefix in WRAPPER_PREFIXES:
         name = name.replace(prefix, "")
     return name.removeprefix("net.")
-
-
-def no_decay_names(net: nn.Module) -> set[str]:
-    """Norm weights, biases, tokens and position embeddings (every tensor of at most one dimension as built, plus
-    timm's own no_weight_decay list): decaying them only hurts."""
-    names = {n for n, p in net.named_parameters() if p.ndim <= 1}
-    skip = getattr(net, "no_weight_decay", None)
-    listed = set(skip()) if callable(skip) else set()
-    return names | {n for n, _ in net.named_parameters() if n in listed or n.split(".")[0] in listed}
 
 
 def warmup_cosine(total: int, warmup: int) -> Callable[[int], float]:

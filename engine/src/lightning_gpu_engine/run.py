@@ -6,21 +6,21 @@ from __future__ import annotations
 import signal
 import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_gpu_engine.checkpoint.rundir import check_output_dir, check_resume_named, hold_output_dir, last_path
 from lightning_gpu_engine.config.cli import engine_options_hidden, fail, parse_run, save_yaml
-from lightning_gpu_engine.config.options import Config, ConfigError, check_logger
+from lightning_gpu_engine.config.options import Config, check_logger
+from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.perf.compile_cache import check_compile_cache
 from lightning_gpu_engine.reliability.signals import end_with_launcher
 from lightning_gpu_engine.task import Task
 
 if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
-    import lightning as L
+    pass
 
 
 def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
@@ -37,7 +37,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     import lightning as L
 
-    from lightning_gpu_engine.build.trainer import build_trainer, check_launcher, fsdp_units, launched_as_global_zero
+    from lightning_gpu_engine.build.launchers import check_launcher, launched_as_global_zero
+    from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, check_same_network
     from lightning_gpu_engine.checkpoint.saving import resume_path
     from lightning_gpu_engine.checkpoint.sharded import check_format
@@ -111,6 +112,7 @@ def _fit_and_test(
     task: Task, cfg: Config, opts: Any, hw: Any, trainer: Any, model: Any, datamodule: Any, ckpt: str | None
 ) -> dict[str, float]:
     from lightning_gpu_engine.perf.monitors import LogStepThroughputMonitor
+    from lightning_gpu_engine.reliability.failures import explain_failures
     from lightning_gpu_engine.reliability.guards import scale_batch_size
 
     if cfg.auto_batch_size:
@@ -193,65 +195,3 @@ def _leave_process_group() -> None:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-@contextmanager
-def explain_failures(
-    cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule, unit: str = "samples"
-) -> Iterator[None]:
-    """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
-    samples (images), for the out-of-memory line."""
-    import torch
-    from lightning.pytorch.trainer.states import TrainerFn
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from lightning_gpu_engine.checkpoint.saving import CheckpointSpaceError, NonFiniteWeightsError
-    from lightning_gpu_engine.reliability.guards import NonFiniteLossError
-    from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
-
-    try:
-        yield
-    except ConfigError as err:
-        fail(str(err))
-    except (NonFiniteLossError, NonFiniteWeightsError) as err:
-        last = last_path(cfg.output_dir)
-        kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
-        # A fresh start: a resumed run would continue the saved optimizer and schedule
-        fail(
-            f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
-            "--gradient-clip-val 1.0, and --precision bf16-mixed rather than 16-mixed (fp16 overflows where bf16 "
-            "does not)",
-            code=1,
-        )
-    except torch.OutOfMemoryError:
-        size = datamodule.hparams.get("batch_size", cfg.batch_size)
-        fail(
-            f"--batch-size: out of memory with {size} {unit} per device; "
-            f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
-            f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
-            code=1,
-        )
-    except CheckpointSpaceError as err:
-        fail(
-            f"--output-dir: {err.strerror}; the previous checkpoint is untouched. Free space or choose another "
-            "--output-dir, then --resume last",
-            code=1,
-        )
-    except (SIGTERMException, KeyboardInterrupt) as err:
-        # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
-        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
-        signum = (stop.signum if stop else None) or (
-            signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
-        )
-        name = signal.Signals(signum).name
-        if trainer.is_global_zero and trainer.state.fn == TrainerFn.TESTING:
-            config = Path(cfg.output_dir, "config.yaml")
-            print(
-                f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
-                f"Test it with: python {Path(sys.argv[0]).name} --config {config} --resume last",
-                file=sys.stderr,
-            )
-        elif trainer.is_global_zero:
-            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
-            print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
-        raise SystemExit(128 + signum) from None

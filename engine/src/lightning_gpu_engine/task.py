@@ -8,11 +8,14 @@ survive a kill, exact resume, stop on a signal, throughput and MFU, one-line err
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import MANUAL, default_value
 
 if TYPE_CHECKING:  # a task module imports this before any option is checked: torch and Lightning load later
     import lightning as L
@@ -27,11 +30,6 @@ AFRESH = "or start afresh in another --output-dir"
 SCHEDULE = "the schedule is recomputed with it, and the rate moves to the new curve from the current step"
 
 
-# Why a task under manual optimization has no --gradient-clip-val or --accumulate-grad-batches
-MANUAL = (
-    "the module steps its own optimizers (manual optimization), and Lightning clips and accumulates only for "
-    "automatic optimization: clip with self.clip_gradients and accumulate in training_step"
-)
 # What every run needs: a task cannot declare these not applicable
 KEPT = ("output_dir", "resume", "seed", "accelerator", "devices", "num_nodes", "precision", "batch_size", "max_epochs")
 
@@ -43,19 +41,6 @@ def saved_record(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     if "train_images" in record:
         record.setdefault("train_items", record.pop("train_images"))
     return record
-
-
-@dataclass(frozen=True)
-class TaskDefault:
-    """A task's default for an engine option with its reason and source, which `--help` shows beside it."""
-
-    value: Any
-    why: str
-
-
-def default_value(given: Any) -> Any:
-    """A task's default as the option takes it: the value of a `TaskDefault`, or the value given plainly."""
-    return given.value if isinstance(given, TaskDefault) else given
 
 
 def first_dim(batch: Any) -> int:
@@ -127,6 +112,9 @@ class Task:
     # Engine options that mean nothing to this task, and why ({"weight_decay": "its Adams are its own"}): --help
     # leaves them out, and one given as a flag or a --config key is refused in one line with the reason
     not_applicable: Mapping[str, str] = field(default_factory=dict)
+    # The W&B project and MLflow experiment its runs log to; None: the top package of the module defining `options`
+    # (the image task's: image_classifier), or the script's name where the script defines them
+    project: str | None = None
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.options):
@@ -167,10 +155,16 @@ class Task:
             model.channels_last = True  # type: ignore[assignment]
         if cfg.optimizer == "muon":
             from lightning_gpu_engine.build.optimizers import check_muon
+            from lightning_gpu_engine.module import engine_built_optimizer
 
-            check_muon(model)
+            check_muon(model, engine_built_optimizer(model))
             model.muon_lr = cfg.muon_lr  # type: ignore[assignment]
         return model
+
+    @property
+    def tracker_project(self) -> str:
+        package = self.options.__module__.split(".")[0]
+        return self.project or (Path(sys.argv[0]).stem if package == "__main__" else package)
 
     @property
     def default_values(self) -> dict[str, Any]:

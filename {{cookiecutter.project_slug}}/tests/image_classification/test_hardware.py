@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from lightning_gpu_engine.config.cli import parse_run
-from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.perf import hardware
 from PIL import Image
 

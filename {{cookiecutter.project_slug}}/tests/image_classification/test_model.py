@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 from lightning_gpu_engine.build.trainer import block_types
-from lightning_gpu_engine.config.options import ConfigError
+from lightning_gpu_engine.config.values import ConfigError
 from torch import nn
 
 import train

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_train
-from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.perf.hardware import Hardware
 from torch import nn
 

@@ -18,11 +18,13 @@ from lightning_gpu_engine.checkpoint.files import write_text
 from lightning_gpu_engine.config.options import Config
 
 
-def build_logger(cfg: Config, version: Any = None, resumed_step: int | None = None) -> Logger:
+def build_logger(
+    cfg: Config, version: Any = None, resumed_step: int | None = None, project: str = "lightning-gpu-engine"
+) -> Logger:
     """`version`: the logger run a resumed checkpoint wrote to, continued where the logger allows it; `resumed_step`:
-    the checkpoint's global step, from which the resumed run logs again."""
+    the checkpoint's global step, from which the resumed run logs again; `project`: the W&B project and MLflow
+    experiment (the task's `Task.tracker_project`)."""
     save_dir = str(Path(cfg.output_dir) / "logs")
-    project = __name__.split(".")[0]  # this package: the W&B project, the MLflow experiment
     if cfg.logger == "csv":
         return ContinuedCSVLogger(save_dir, version, resumed_step if version is not None else None)
     if cfg.logger == "wandb":  # the trackers' packages are optional: run.main checked this one is installed

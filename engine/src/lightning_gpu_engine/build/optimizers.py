@@ -57,20 +57,29 @@ def head_names(net: nn.Module) -> set[str]:
     return {name for name, p in net.named_parameters() if id(p) in ids}
 
 
+def no_decay_names(net: nn.Module) -> set[str]:
+    """Norm weights, biases, tokens and position embeddings (every tensor of at most one dimension as built, plus
+    timm's own no_weight_decay list): decaying them only hurts."""
+    names = {n for n, p in net.named_parameters() if p.ndim <= 1}
+    skip = getattr(net, "no_weight_decay", None)
+    listed = set(skip()) if callable(skip) else set()
+    return names | {n for n, _ in net.named_parameters() if n in listed or n.split(".")[0] in listed}
+
+
 def muon_names(net: nn.Module, no_decay: set[str]) -> set[str]:
     """Muon's parameters: the 2-D weights that decay, less the output layer's. Embeddings are 2-D too, but no
     optimizer step sees all their rows at once, and they are among the no-decay names already."""
     return {n for n, p in net.named_parameters() if p.ndim == 2 and n not in no_decay} - head_names(net)
 
 
-def check_muon(module: Any) -> None:
-    """--optimizer muon is refused in one line where it cannot work, before anything is written."""
-    from lightning_gpu_engine.config.options import ConfigError
-    from lightning_gpu_engine.module import engine_built_optimizer, no_decay_names
+def check_muon(module: Any, engine_built: bool) -> None:
+    """--optimizer muon is refused in one line where it cannot work, before anything is written. `engine_built`:
+    whether EngineModule builds the module's optimizers (module.engine_built_optimizer), not the team."""
+    from lightning_gpu_engine.config.values import ConfigError
 
     if not hasattr(torch.optim, "Muon"):
         raise ConfigError("optimizer", f"muon needs torch 2.9 or newer (torch.optim.Muon); this is {torch.__version__}")
-    if not engine_built_optimizer(module):
+    if not engine_built:
         name = type(module).__name__
         raise ConfigError("optimizer", f"muon is EngineModule's optimizer, and {name} builds its own; use adamw")
     if not muon_names(module.net, no_decay_names(module.net)):

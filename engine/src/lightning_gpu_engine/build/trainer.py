@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,29 +10,18 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Checkpoint, EMAWeightAveraging, LearningRateMonitor
-from lightning.pytorch.plugins.environments import (
-    ClusterEnvironment,
-    LightningEnvironment,
-    LSFEnvironment,
-    MPIEnvironment,
-    SLURMEnvironment,
-    TorchElasticEnvironment,
-)
 from lightning.pytorch.strategies import Strategy
 from torch import nn
 
+from lightning_gpu_engine.build.launchers import build_cluster_environments
 from lightning_gpu_engine.build.loggers import build_logger
 from lightning_gpu_engine.build.sharding import FullyShard
 from lightning_gpu_engine.build.steps import count_batches
 from lightning_gpu_engine.build.validation import validate_every
-from lightning_gpu_engine.checkpoint.saving import (
-    AtomicCheckpointIO,
-    EveryRankWrites,
-    PeriodicCheckpoint,
-    RunCheckpoint,
-    last_path,
-)
-from lightning_gpu_engine.config.options import Config, ConfigError, parse_every
+from lightning_gpu_engine.checkpoint.callbacks import PeriodicCheckpoint, RunCheckpoint
+from lightning_gpu_engine.checkpoint.saving import AtomicCheckpointIO, EveryRankWrites, last_path
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import parse_every
 from lightning_gpu_engine.data.eval_split import ExactDDP, ExactFSDP
 from lightning_gpu_engine.perf.hardware import Hardware
 from lightning_gpu_engine.perf.monitors import (
@@ -102,44 +89,6 @@ def build_strategy(
 
 class RunDDP(EveryRankWrites, ExactDDP):
     pass
-
-
-def build_cluster_environments() -> list[ClusterEnvironment]:
-    # scripts/slurm.sbatch has SLURM send SIGUSR1 90 s before the time limit: Lightning then saves
-    # <output-dir>/hpc_ckpt_N.ckpt and runs `scontrol requeue`; the requeued job continues via --resume auto.
-    # torchrun inside a SLURM allocation manages its own processes, so it keeps Lightning's TorchElastic detection.
-    if SLURMEnvironment.detect() and not TorchElasticEnvironment.detect():
-        return [SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)]
-    return []
-
-
-def launched_as_global_zero() -> bool:
-    """Whether this process will be global rank 0, read from the launcher's environment before any process group.
-
-    Lightning's `rank_zero_only.rank` is 0 on the first process of every node under a bare NODE_RANK launch, so it
-    cannot pick the one process that locks a shared --output-dir. This asks the cluster environment that Lightning
-    itself will choose (in its order); its own environment numbers processes by NODE_RANK (or GROUP_RANK) and
-    LOCAL_RANK, which it sets for the processes it starts.
-    """
-    for env_type in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment):
-        if env_type.detect():
-            return env_type().global_rank() == 0
-    env = LightningEnvironment()
-    return env.node_rank() == 0 and env.local_rank() == 0
-
-
-def check_launcher(cfg: Config) -> None:
-    """More than one node needs a launcher that starts the other nodes; without one the run waits for them forever."""
-    if cfg.num_nodes == 1:
-        return
-    detected = (env.detect() for env in (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment, MPIEnvironment))
-    # NODE_RANK: Lightning's own multi-node set-up; RANK and WORLD_SIZE: a Kubeflow PyTorchJob
-    if not (any(detected) or "NODE_RANK" in os.environ or {"RANK", "WORLD_SIZE"} <= os.environ.keys()):
-        raise ConfigError(
-            "num_nodes",
-            f"{cfg.num_nodes} nodes need a launcher on each (srun, torchrun, or MASTER_ADDR, MASTER_PORT and "
-            "NODE_RANK set); none is here, so the run would wait for the other nodes forever",
-        )
 
 
 def build_callbacks(cfg: Config, task: Task | None = None, compiles: bool = False) -> list[Callback]:
@@ -228,7 +177,7 @@ def build_trainer(
         gradient_clip_val=cfg.gradient_clip_val or None,
         deterministic=cfg.deterministic,
         benchmark=hw.cudnn_benchmark,
-        logger=build_logger(cfg, logger_version, resumed_step),
+        logger=build_logger(cfg, logger_version, resumed_step, *([task.tracker_project] if task else [])),
         callbacks=build_callbacks(cfg, task, hw.compile),
         log_every_n_steps=cfg.log_every_n_steps,
         fast_dev_run=cfg.fast_dev_run,

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint import CheckpointException
 
 from lightning_gpu_engine.checkpoint.sharded import is_sharded
 from lightning_gpu_engine.checkpoint.sharded_read import damage, read_sharded
-from lightning_gpu_engine.config.options import ConfigError
+from lightning_gpu_engine.config.values import ConfigError
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from lightning_gpu_engine.config.options import ConfigError
+from lightning_gpu_engine.config.values import ConfigError
 
 
 class OutputBusyError(OSError):

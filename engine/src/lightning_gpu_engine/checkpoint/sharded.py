@@ -38,7 +38,7 @@ def check_format(cfg: Any, fsdp2: bool, lightning_strategy: str | None = None, w
     """FSDP1 (a task without `Task.fsdp2`) gathers its checkpoints through its own state-dict machinery, not here. A
     Lightning strategy of the task's own (`Task.lightning_strategy`, which replaces the engine's DDP where that would
     run) saves on rank 0 alone: DCP's save there would wait for the other ranks forever (it hung at the first save)."""
-    from lightning_gpu_engine.config.options import ConfigError
+    from lightning_gpu_engine.config.values import ConfigError
 
     if cfg.checkpoint_format == "sharded" and cfg.strategy == "fsdp" and not fsdp2:
         raise ConfigError(

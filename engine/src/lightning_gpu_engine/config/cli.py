@@ -9,12 +9,15 @@ import sys
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
-from lightning_gpu_engine.config.options import Config, ConfigError
-from lightning_gpu_engine.task import Task, TaskDefault, default_value
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError, TaskDefault, default_value
+
+if TYPE_CHECKING:  # the task's fields are read, never its module's imports: the Task sits above the options
+    from lightning_gpu_engine.task import Task
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 T = typing.TypeVar("T")

@@ -1,1 +1,2 @@
-"""TODO: one sentence."""
+"""The loaders a task's DataModule builds on: resumable training batches, evaluation that counts each sample once, and
+LitData chunks streamed from disk or S3."""

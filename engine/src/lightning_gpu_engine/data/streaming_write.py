@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_gpu_engine.checkpoint.files import PartialFolder, write_text
-from lightning_gpu_engine.config.options import ConfigError
+from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.data.object_storage import s3_client
 from lightning_gpu_engine.data.streaming import MADE_BY, bucket_key, is_remote
 

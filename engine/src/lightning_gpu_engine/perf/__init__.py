@@ -1,1 +1,2 @@
-"""TODO: one sentence."""
+"""Speed: the hardware's resolved defaults, compiling the networks, throughput and MFU, profiling, and the speed
+promises a task can break."""

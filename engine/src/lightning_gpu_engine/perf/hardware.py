@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lightning_gpu_engine.config.options import Config, ConfigError, parse_devices, usable_cpus
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError, parse_devices, usable_cpus
 from lightning_gpu_engine.perf.compile_artifacts import SaveCompileCache, use
 from lightning_gpu_engine.perf.compile_cache import cache_dir
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 from lightning.fabric.utilities.throughput import measure_flops
@@ -20,9 +20,12 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
 from lightning_gpu_engine.config.cli import note
-from lightning_gpu_engine.config.options import Config, ConfigError
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import MANUAL, ConfigError
 from lightning_gpu_engine.perf.hardware import Hardware
-from lightning_gpu_engine.task import MANUAL, Task
+
+if TYPE_CHECKING:  # a Task's fields are read here; task.py builds modules with this one
+    from lightning_gpu_engine.task import Task
 
 
 def declared(module: nn.Module) -> Any:

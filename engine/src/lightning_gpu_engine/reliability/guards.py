@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lightning_gpu_engine.checkpoint.saving import NonFiniteWeightsError, non_finite_tensors
-from lightning_gpu_engine.config.options import ConfigError
+from lightning_gpu_engine.config.values import ConfigError
 
 
 def check_enough_data(

@@ -17,7 +17,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from lightning_gpu_engine.config.options import Config, ConfigError, parse_betas
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError, parse_betas
 from lightning_gpu_engine.module import EngineModule, engine_built_optimizer
 from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, saved_record
 

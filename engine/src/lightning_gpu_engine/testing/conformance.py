@@ -22,7 +22,6 @@ import pytest
 import torch
 
 from lightning_gpu_engine.testing.script_runs import (
-    SRC,
     SUMMARY,
     ConformanceRuns,
     changed_setting,
@@ -47,7 +46,10 @@ class TaskConformance:
     """Subclass it in a test file, with `script`, `tiny` and `bad`: pytest then runs each check on the task."""
 
     __test__ = False  # the base is not a test; each subclass is
-    script: ClassVar[str]  # the task's entry script, relative to the project root (or the working dir), or absolute
+    script: ClassVar[str]  # the task's entry script, relative to `root`, or absolute
+    # the project's folder, whose src/ the runs import as if it were installed; unset: pytest's working folder, which
+    # is the project's when its tests run as `pytest` there
+    root: ClassVar[Path | None] = None
     tiny: ClassVar[Sequence[str]]  # the task's own flags for a tiny valid run: a few steps and one validation
     bad: ClassVar[tuple[str, str]]  # an option and a value the task refuses
     timeout: ClassVar[float] = 600  # seconds a single run may take before it counts as hung
@@ -59,16 +61,19 @@ class TaskConformance:
         cls.__test__ = "__test__" not in cls.__dict__ or bool(cls.__dict__["__test__"])
 
     @classmethod
+    def project(cls) -> Path:
+        return (cls.root or Path.cwd()).resolve()
+
+    @classmethod
     def script_path(cls) -> Path:
-        for root in (Path(SRC).parent, Path.cwd()):
-            if (root / cls.script).is_file():
-                return (root / cls.script).resolve()
-        raise FileNotFoundError(f"{cls.__name__}.script: {cls.script} is neither under {SRC.parent} nor {Path.cwd()}")
+        if (cls.project() / cls.script).is_file():
+            return (cls.project() / cls.script).resolve()
+        raise FileNotFoundError(f"{cls.__name__}.script: {cls.script} is not under {cls.project()} (see its root)")
 
     @classmethod
     def runs_in(cls, tmp: Path, script: Path | None = None) -> ConformanceRuns:
         """The runs of one check outside pytest's fixtures, e.g. to see a broken task fail it."""
-        return ConformanceRuns(script or cls.script_path(), cls.tiny, tmp, cls.timeout)
+        return ConformanceRuns(script or cls.script_path(), cls.tiny, tmp, cls.timeout, cls.project())
 
     @pytest.fixture(scope="class")
     def task_script(self) -> Path:

@@ -16,7 +16,6 @@ import torch
 
 from lightning_gpu_engine.checkpoint.checks import read_checkpoint
 
-SRC = Path(__file__).resolve().parents[2]  # src/, put on the script's path as if the project were installed
 # Before the task's flags, which may replace them: a tiny epoch of a few batches, every step logged
 DEFAULTS = ["--batch-size=16", "--max-epochs=2", "--logger=csv", "--log-every-n-steps=1"]
 # After them: any CPU can run the checks, and each run costs seconds
@@ -92,13 +91,16 @@ def summary_metrics(stdout: str) -> dict[str, str]:
 class ConformanceRuns:
     """The task's script run with the suite's flags, each named run once (a class shares them)."""
 
-    def __init__(self, script: Path, tiny: Sequence[str], tmp: Path, timeout: float) -> None:
+    def __init__(self, script: Path, tiny: Sequence[str], tmp: Path, timeout: float, root: Path | None = None) -> None:
+        """`root`: the project, whose src/ the runs import as if the project were installed (unset: the script's
+        folder)."""
         self.script, self.tiny_flags, self.tmp, self.timeout = script, tiny, tmp, timeout
+        self.src = (root or script.parent) / "src"
         tmp.mkdir(parents=True, exist_ok=True)
         self.done: dict[str, subprocess.CompletedProcess[str]] = {}
 
     def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
-        path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+        path = os.pathsep.join(p for p in (str(self.src), os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         env.setdefault("OMP_NUM_THREADS", "1")  # a tiny network gains nothing from more threads than processes
         return [sys.executable, str(self.script), *args], env

@@ -1,0 +1,80 @@
+"""The failures of a started run, each told in one line: what happened, where, and what to try."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lightning_gpu_engine.checkpoint.rundir import last_path
+from lightning_gpu_engine.config.cli import fail
+from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.config.values import ConfigError
+
+if TYPE_CHECKING:
+    import lightning as L
+
+
+@contextmanager
+def explain_failures(
+    cfg: Config, trainer: L.Trainer, datamodule: L.LightningDataModule, unit: str = "samples"
+) -> Iterator[None]:
+    """Turns the failures of a started run into one line: what happened, where, and what to try. `unit`: the task's
+    samples (images), for the out-of-memory line."""
+    import torch
+    from lightning.pytorch.trainer.states import TrainerFn
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lightning_gpu_engine.checkpoint.saving import CheckpointSpaceError, NonFiniteWeightsError
+    from lightning_gpu_engine.reliability.guards import NonFiniteLossError
+    from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
+
+    try:
+        yield
+    except ConfigError as err:
+        fail(str(err))
+    except (NonFiniteLossError, NonFiniteWeightsError) as err:
+        last = last_path(cfg.output_dir)
+        kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
+        # A fresh start: a resumed run would continue the saved optimizer and schedule
+        fail(
+            f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
+            "--gradient-clip-val 1.0, and --precision bf16-mixed rather than 16-mixed (fp16 overflows where bf16 "
+            "does not)",
+            code=1,
+        )
+    except torch.OutOfMemoryError:
+        size = datamodule.hparams.get("batch_size", cfg.batch_size)
+        fail(
+            f"--batch-size: out of memory with {size} {unit} per device; "
+            f"lower it, e.g. --batch-size {max(1, size // 2)} --accumulate-grad-batches "
+            f"{2 * cfg.accumulate_grad_batches} keeps the global batch, or let --auto-batch-size find what fits",
+            code=1,
+        )
+    except CheckpointSpaceError as err:
+        fail(
+            f"--output-dir: {err.strerror}; the previous checkpoint is untouched. Free space or choose another "
+            "--output-dir, then --resume last",
+            code=1,
+        )
+    except (SIGTERMException, KeyboardInterrupt) as err:
+        # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        signum = (stop.signum if stop else None) or (
+            signal.SIGINT if isinstance(err, KeyboardInterrupt) else signal.SIGTERM
+        )
+        name = signal.Signals(signum).name
+        if trainer.is_global_zero and trainer.state.fn == TrainerFn.TESTING:
+            config = Path(cfg.output_dir, "config.yaml")
+            print(
+                f"stopped by {name} during the final test, which did not finish; training is complete and saved. "
+                f"Test it with: python {Path(sys.argv[0]).name} --config {config} --resume last",
+                file=sys.stderr,
+            )
+        elif trainer.is_global_zero:
+            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
+            print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
