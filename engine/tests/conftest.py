@@ -1,5 +1,7 @@
-"""The engine's tests drive a toy task: the README's "Bring your own task" regressor, taken from the README's text at
-test time, so the program users copy is the one these tests run. An MLP on generated data keeps every run short."""
+"""The engine's tests drive a toy task: the regressor of the engine's guide (docs/bring-your-own-task.md, installed
+with the package), taken from its text at test time, so the program users copy is the one these tests run. An MLP on
+generated data keeps every run short. The helpers and fixtures for runs on a machine that several suites share are
+the package's (lightning_gpu_engine.testing), which a project's suite uses too."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import lightning_gpu_engine
 import pytest
-from conftest import ROOT, run_script
 from lightning_gpu_engine import main
+from lightning_gpu_engine.testing import processes
+from lightning_gpu_engine.testing.fixtures import (
+    master_port,
+    multiprocess_tests_one_at_a_time,
+    private_caches,
+    references,
+)
+from lightning_gpu_engine.testing.processes import Launch, run_script
+
+__all__ = ["master_port", "multiprocess_tests_one_at_a_time", "private_caches", "references"]
+DOCS = Path(lightning_gpu_engine.__file__).with_name("docs")  # the guide, as installed with this version
 
 # Pinned, not left to the bake's defaults: 16-mixed and fsdp need CUDA, and these tests must run on any CPU.
 # 32 samples in batches of 8: 4 steps an epoch; validation and test get 8 samples, one batch each.
@@ -22,19 +36,26 @@ TOY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-wor
 TOY += ["--log-every-n-steps=1", "--batch-size=8", "--samples=32"]
 
 
-def readme_task() -> str:
-    """The Python block under the README's "Bring your own task" heading."""
-    section = (ROOT / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the section holds one complete Python file"
-    return blocks[0]
+def guide(page: str) -> str:
+    """A page of the engine's guide (docs/PAGE.md), as this version installed it."""
+    return (DOCS / f"{page}.md").read_text()
+
+
+def python_block(text: str) -> str:
+    """The first Python block of a page of the guide: the complete file it gives."""
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+
+
+def guide_task() -> str:
+    """The regressor of the guide's "Bring your own task", a complete file."""
+    return python_block(guide("bring-your-own-task"))
 
 
 @pytest.fixture(scope="session")
 def my_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's task saved as my_task.py, the name the README gives it."""
+    """The guide's task saved as my_task.py, the name the guide gives it."""
     path = tmp_path_factory.mktemp("team") / "my_task.py"
-    path.write_text(readme_task())
+    path.write_text(guide_task())
     return path
 
 
@@ -61,8 +82,22 @@ def train(toy: ModuleType, argv: list[str]) -> dict[str, Any]:
 
 
 def run_toy(my_task: Path, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
-    """`python my_task.py ARGS` in a fresh process, from the folder that holds it (options: conftest.run_script's)."""
-    return run_script(my_task, *args, cwd=my_task.parent, **options)
+    """`python my_task.py ARGS` in a fresh process, from the folder that holds it (options: processes.run_script's)."""
+    return run_script(my_task, *args, root=my_task.parent, **options)
+
+
+def run_engine(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m lightning_gpu_engine ARGS` (bench, sweep) from `cwd`, as a team runs it beside its task's file."""
+    command = [sys.executable, "-m", "lightning_gpu_engine", *args]
+    env = processes.script_env(cwd)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Launch]:
+    """Starts a command in tmp_path, each in a process group of its own, killed if still running at the end."""
+    with processes.launching(tmp_path) as start:
+        yield start
 
 
 # my_task.py with one more callback, which signals the run's own process group (it leads one, as a job step does) at

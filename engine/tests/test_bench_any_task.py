@@ -1,10 +1,10 @@
-"""`bench.py --task` on the README's regressor: a team's own task timed for each precision x compile setting, built
-through its TASK, each row printed and saved as it is measured; a task that cannot be found is one line."""
+"""`python -m lightning_gpu_engine bench --task` (a project's `bench.py --task`) on the guide's regressor: a team's
+own task timed for each precision x compile setting, built through its TASK, each row printed and saved as it is
+measured; a task that cannot be found is one line."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,27 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import readme_task
+from lightning_gpu_engine.testing import processes
 
-ROOT = Path(__file__).resolve().parents[2]  # the project: tests/engine/ is two folders down
+from .conftest import guide_task
+
 SMALL = ["--accelerator=cpu", "--precision=32-true", "--num-workers=0", "--batch-size=32", "--samples=256"]
 
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("team")
-    (folder / "my_task.py").write_text(readme_task())
+    (folder / "my_task.py").write_text(guide_task())
     return folder
 
 
 def bench(team: Path, *args: str) -> subprocess.Popen[str]:
-    """`python bench.py ARGS` from the team's folder, as its members run it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(ROOT / "bench.py"), *args]
+    """`python -m lightning_gpu_engine bench ARGS` from the team's folder, as its members run it."""
+    env = processes.script_env(team)
+    command = [sys.executable, "-m", "lightning_gpu_engine", "bench", *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=team, env=env)
 
 
-def test_the_readme_regressor_gets_a_samples_per_second_row_per_setting_and_round(team: Path) -> None:
+def test_the_guides_regressor_gets_a_samples_per_second_row_per_setting_and_round(team: Path) -> None:
     out = team / "bench.json"
     timed = ["--only=fp32,bf16", "--repeat=2", "--warmup=1", "--steps=5", f"--json={out}"]
     process = bench(team, "--task", "my_task", *timed, *SMALL)
@@ -40,7 +41,7 @@ def test_the_readme_regressor_gets_a_samples_per_second_row_per_setting_and_roun
     assert process.returncode == 0, stderr[-3000:]
     saved = json.loads(out.read_text())
     assert saved["finished"] and saved["task"] == "a tabular regressor" and saved["accelerator"] == "cpu"
-    assert saved["torch"] and saved["lightning"] and saved["command"].startswith("python bench.py --task my_task")
+    assert saved["torch"] and saved["lightning"] and saved["command"].startswith("python -m lightning_gpu_engine bench --task my_task")
     rows = [(row["name"], row["default"], row["round"]) for row in saved["settings"]]
     assert rows == [("fp32", True, 0), ("bf16", False, 0), ("fp32", True, 1), ("bf16", False, 1)], "in turn"
     for row in saved["settings"]:

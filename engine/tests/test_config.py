@@ -1,5 +1,5 @@
 """Options as a user gives them, on the toy task: flags over a YAML file over the defaults, and a bad value is one line
-naming its flag. The image task's own options are tests/image_classification/test_config.py's."""
+naming its flag. A project's own options are its task's tests'."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import MISSING_INPUTS, ROOT, heavy_imports_blocked, one_error_line, run_script, without_heavy_imports
+from lightning_gpu_engine.testing.processes import heavy_imports_blocked, one_error_line
 from lightning_gpu_engine import parse_run
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError, parse_betas, parse_every
@@ -20,13 +20,6 @@ from .conftest import run_toy, train
 def parse_args(toy: ModuleType, argv: list[str]) -> tuple[Config, Any]:
     """my_task.py's options: the engine's, and the task's own beside them."""
     return parse_run(argv, toy.TASK)
-
-
-def test_defaults_are_the_answers_given_when_the_project_was_generated() -> None:
-    cfg = Config()
-    assert cfg.precision == "{{ cookiecutter.precision }}"
-    assert cfg.strategy == "{{ cookiecutter.strategy }}"
-    assert cfg.logger == "{{ cookiecutter.logger }}"
 
 
 @pytest.mark.parametrize(
@@ -121,35 +114,6 @@ def test_help_shows_every_option_with_its_default_and_reason(my_task: Path, toy:
     assert "bf16-mixed on Ampere+" in text
     assert f"(default: {toy.TASK.defaults.get('batch_size', Config().batch_size)})" in text
     assert "a few % speed" in text, "help text with a percent sign reads as written"
-
-
-# bench.py and prepare_data.py still import torch before they read their flags: seconds before a typo's line
-FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("bench.py", "prepare_data.py"))
-
-
-def test_the_entry_points_answer_a_bad_flag_or_a_missing_file_before_importing_torch_or_lightning(
-    tmp_path: Path,
-) -> None:
-    """A typo's one line comes at once, in a flag or in a path. Here torch and Lightning cannot be imported at all, so
-    a script that imports either before it answers fails with a traceback (train.py once imported Lightning on its
-    way out: 5 s of every one-line error; a mistyped --data-dir was told after every import, 5 s to 31 s)."""
-    env = without_heavy_imports(tmp_path / "shim")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert "train.py" in FLAGS_FIRST and len(FLAGS_FIRST) >= 3
-    runs = [(script, ["--no-such-flag"], "error: ") for script in FLAGS_FIRST]
-    out = f"--output-dir={tmp_path / 'run'}"
-    runs += [("train.py", ["--max-epochs=-1", out], "--max-epochs: ")]
-    missing = [*MISSING_INPUTS, (["--resume={tmp}/none.ckpt"], "--resume: no checkpoint at {tmp}/none.ckpt")]
-    for args, said in missing:
-        runs.append(("train.py", [*(a.format(tmp=empty) for a in args), out], said.format(tmp=empty)))
-    for script, args, said in runs:
-        result = run_script(script, *args, env=env)
-        assert result.returncode == 2, f"{script} {args}: {result.stderr[-2000:]}"
-        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
-        assert said in result.stderr, result.stderr
-    assert not (tmp_path / "run").exists()
-    assert run_script("train.py", "--help", env=env).returncode == 0
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The conformance suite holds the README's own task to every promise, and each promise it checks can be broken: a toy
-task derived from the README's breaks one, and fails that check with the promise named."""
+"""The conformance suite holds the guide's own task to every promise, and each promise it checks can be broken: a toy
+task derived from the guide's breaks one, and fails that check with the promise named."""
 
 from __future__ import annotations
 
@@ -11,48 +11,39 @@ from typing import Any
 import pytest
 from lightning_gpu_engine import TaskConformance
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import guide, guide_task, python_block
+
 BROKEN = Path(__file__).parent / "broken_tasks"
 
 
-def readme_section(heading: str) -> str:
-    return (ROOT / "README.md").read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def python_block(section: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the section holds one complete Python file"
-    return blocks[0]
-
-
-def readme_suite() -> type[TaskConformance]:
-    """The README's three lines that add the suite for my_task.py, as a team copies them."""
+def guide_suite() -> type[TaskConformance]:
+    """The guide's three lines that add the suite for my_task.py, as a team copies them."""
     namespace: dict[str, Any] = {}
-    exec(python_block(readme_section("Prove your task keeps every feature")), namespace)
+    exec(python_block(guide("prove-your-task")), namespace)
     return namespace["TestMyTask"]
 
 
 def team_folder(folder: Path, *extra: Path) -> Path:
-    """my_task.py from the README, as a team saves it, with the given scripts beside it (they import it)."""
+    """my_task.py from the guide, as a team saves it, with the given scripts beside it (they import it)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "my_task.py").write_text(python_block(readme_section("Bring your own task")))
+    (folder / "my_task.py").write_text(guide_task())
     for script in extra:
         shutil.copy(script, folder / script.name)
     return folder
 
 
-class TestTheReadmeTask(readme_suite()):  # type: ignore[misc]  # the README's three lines, on the README's task
+class TestTheGuidesTask(guide_suite()):  # type: ignore[misc]  # the guide's three lines, on the guide's task
     @pytest.fixture(scope="class")
     def task_script(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
         return team_folder(tmp_path_factory.mktemp("team")) / self.script
 
 
 # 64 samples in batches of 16: an epoch of 4 steps, validated, and 2 more; a SIGTERM at the first lands mid-epoch
-TINY, BAD = TestTheReadmeTask.tiny, TestTheReadmeTask.bad
+TINY, BAD = TestTheGuidesTask.tiny, TestTheGuidesTask.bad
 
 
-def test_the_readme_says_how_to_run_the_suite() -> None:
-    assert "pytest tests/test_my_task_conformance.py" in readme_section("Prove your task keeps every feature")
+def test_the_guide_says_how_to_run_the_suite() -> None:
+    assert "pytest tests/test_my_task_conformance.py" in guide("prove-your-task")
 
 
 # Each toy in broken_tasks/ breaks one promise: the check that must fail on it, and how its message begins

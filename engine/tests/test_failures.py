@@ -13,7 +13,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from conftest import SAVING, one_error_line
+from lightning_gpu_engine.testing.processes import SAVING, one_error_line
 from lightning_gpu_engine import Config, read_checkpoint
 
 from .conftest import run_toy, train

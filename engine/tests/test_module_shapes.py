@@ -14,12 +14,12 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from conftest import ROOT
 from lightning_gpu_engine import Task, main
+from lightning_gpu_engine.bench import any_task
 from lightning_gpu_engine.build.trainer import RunDDP, build_strategy
 from torch import nn
 
-from .conftest import TOY
+from .conftest import TOY, guide
 from .team_tasks import gan, sequence
 
 # TOY less the toy's own --samples: 256 points in batches of 16, 16 steps an epoch
@@ -133,7 +133,7 @@ def test_a_step_is_a_batch_that_stepped_the_optimizers_for_every_step_flag(
 ) -> None:
     """The GAN steps two optimizers a batch. Lightning counted each, so `--checkpoint-every 7steps` saved every 14
     batches (global_step was always even), `--val-every 7` validated every 14 and `--max-steps 15` trained 8
-    batches. The engine counts the batches that stepped, as the README says."""
+    batches. The engine counts the batches that stepped, as the guide says."""
     saves: list[tuple[str, int, int]] = []
     save = L.Trainer.save_checkpoint
 
@@ -213,11 +213,9 @@ def test_a_tasks_ddp_declarations_reach_the_strategy() -> None:
 def test_length_fn_counts_a_batchs_items_in_the_docs_the_monitor_and_the_bench(tmp_path: Path) -> None:
     """One meaning everywhere: items per batch, as batch_size_fn counts samples per batch. The forecaster reads 6
     values per window: 6 items per sample, in train/device/items_per_sec and bench.py's items/s alike."""
-    # bench.py's module for any task, in this package: the engine's tests name the package only as its engine's
-    any_task = importlib.import_module(Task.__module__.split(".")[0] + ".bench.any_task")
     documented = inspect.getsource(Task)
     assert "items per batch" in documented and "items per sample" not in documented
-    assert "items per batch" in (ROOT / "README.md").read_text()
+    assert "items per batch" in guide("bring-your-own-task")
     out = tmp_path / "run"
     main(sequence.TASK, [*LSTM, "--max-steps=4", f"--output-dir={out}"])
     [row] = [r for r in metrics(out) if r.get("train/device/items_per_sec")][-1:]

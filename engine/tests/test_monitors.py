@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from conftest import ROOT, wait_until
+from lightning_gpu_engine.testing.processes import wait_until
 from lightning_gpu_engine.build import trainer as trainer_module
 
 from .conftest import run_toy, train
@@ -91,7 +91,7 @@ def test_after_a_mid_epoch_resume_the_epoch_line_times_this_run_not_the_machine(
     since boot) after a run of 26 s."""
     args = [*tiny_args, "--samples=4000", "--checkpoint-every=1steps"]  # 500 steps: killed well before the end
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = dict(os.environ)
     with subprocess.Popen(
         [sys.executable, str(my_task), *args],
         cwd=my_task.parent,

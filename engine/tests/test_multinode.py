@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAVING, free_port
+from lightning_gpu_engine.testing.processes import SAVING
+from lightning_gpu_engine.testing.machine_sharing import free_port
 from lightning_gpu_engine import read_checkpoint
 
 LAUNCHERS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -24,7 +25,7 @@ def test_two_nodes_sharing_an_output_dir_both_train_and_exit_0(
     formats: list[str], my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHERS}
-    env |= {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    env |= {"OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     env["MASTER_PORT"] = str(free_port())
     command = [sys.executable, str(my_task), *tiny_args, "--devices=1", "--num-nodes=2", "--strategy=ddp"]
     command += ["--max-steps=4", *formats]

@@ -12,7 +12,7 @@ import torch
 
 from .conftest import TOY, run_toy, signalling_task, train
 
-# the README's task: Linear(8, 64), Linear(64, 64), Linear(64, 1). 64 samples in batches of 8: 8 steps an epoch.
+# the guide's task: Linear(8, 64), Linear(64, 64), Linear(64, 1). 64 samples in batches of 8: 8 steps an epoch.
 MUON = [*TOY, "--samples=64", "--max-epochs=2", "--optimizer=muon", "--muon-lr=0.03", "--lr=0.004"]
 
 

@@ -1,5 +1,5 @@
-"""A team's own task, as the README's "Bring your own task" gives it, keeps the engine's features: run the way a user
-runs it, from the command line, with the README's own text as the program."""
+"""A team's own task, as the guide's "Bring your own task" gives it, keeps the engine's features: run the way a user
+runs it, from the command line, with the guide's own text as the program."""
 
 from __future__ import annotations
 
@@ -10,16 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
 
-from .conftest import TOY, run_toy
+from .conftest import TOY, guide, run_toy
 
 SMALL = [*TOY, "--batch-size=32", "--samples=512", "--log-every-n-steps=4"]
 
 
-def test_the_readme_names_the_command_that_trains_it() -> None:
-    section = (ROOT / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-    assert "python my_task.py" in section
+def test_the_guide_names_the_command_that_trains_it() -> None:
+    assert "python my_task.py" in guide("bring-your-own-task")
 
 
 def test_its_options_are_flags_with_their_reasons_and_a_bad_value_is_one_line(my_task: Path, tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
 from lightning_gpu_engine.build.trainer import build_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.data.loaders import (
@@ -175,7 +174,7 @@ def test_a_teams_own_module_resumed_mid_epoch_reports_the_epoch_metrics_of_an_un
 def test_sigterm_from_outside_saves_a_checkpoint_and_resume_last_continues(
     toy: ModuleType, my_task: Path, tiny_args: list[str], tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, str(my_task), *tiny_args, "--max-epochs=1000"]
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=my_task.parent, env=env

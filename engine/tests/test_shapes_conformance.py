@@ -1,4 +1,4 @@
-"""Module shapes beside the README's regressor pass the whole conformance suite, on 1 and 2 ranks: a GAN in
+"""Module shapes beside the guide's regressor pass the whole conformance suite, on 1 and 2 ranks: a GAN in
 Lightning's basic-GAN shape (manual optimization, two Adams, two networks in a ModuleDict, no loss returned) and an
 LSTM forecaster with its own configure_optimizers, which declares compile off. The suite, on a GAN whose resume a
 planted defect changes, blames the engine."""

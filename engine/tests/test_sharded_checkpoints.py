@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import wait_until
+from lightning_gpu_engine.testing.processes import wait_until
 from lightning_gpu_engine import main, read_checkpoint
 from lightning_gpu_engine.build import trainer as trainer_module
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, wait_until
+from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import run_toy, signalling_task
 
@@ -32,7 +32,7 @@ class Run:
 
     def __init__(self, program: Path, *args: str, env: dict[str, str] | None = None) -> None:
         extra = env or {}
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
         command = [sys.executable, str(program), *args]
         self.process = subprocess.Popen(
             command,

@@ -1,6 +1,7 @@
-"""`sweep.py --task` on a team's own task, the README's regressor with one option more whose check reads the disk (a
-`--data-path` that must exist): each trial runs the team's own file with its values and the fixed flags, and a bad
-value or task is still refused in one line that blames the right flag."""
+"""`python -m lightning_gpu_engine sweep --task` (a project's `sweep.py --task`) on a team's own task, the guide's
+regressor with one option more whose check reads the disk (a `--data-path` that must exist): each trial runs the
+team's own file with its values and the fixed flags, and a bad value or task is still refused in one line that blames
+the right flag."""
 
 from __future__ import annotations
 
@@ -15,16 +16,16 @@ from types import ModuleType
 import optuna
 import pytest
 import yaml
-from lightning_gpu_engine.sweep.run import main as sweep_main
+from lightning_gpu_engine.sweep import main as sweep_main
+from lightning_gpu_engine.testing import processes
 from optuna.storages.journal import JournalFileBackend
 
-from .conftest import readme_task
+from .conftest import guide_task
 
-ROOT = Path(__file__).resolve().parents[2]  # the project: tests/engine/ is two folders down
 SMALL = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--batch-size=32"]
 SMALL += ["--samples=256", "--logger=csv", "--max-epochs=2"]
 
-# The README's task, extended as a team would: an option checked against the disk. Its default ("data") does not
+# The guide's task, extended as a team would: an option checked against the disk. Its default ("data") does not
 # exist where the sweep runs, so a check of the space against the defaults refuses every key.
 DISK_TASK = """
 from dataclasses import dataclass, replace
@@ -53,9 +54,9 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A team's folder: the README's my_task.py, disk_task.py beside it, a data folder elsewhere."""
+    """A team's folder: the guide's my_task.py, disk_task.py beside it, a data folder elsewhere."""
     folder = tmp_path_factory.mktemp("team")
-    (folder / "my_task.py").write_text(readme_task())
+    (folder / "my_task.py").write_text(guide_task())
     (folder / "disk_task.py").write_text(DISK_TASK)
     (folder / "elsewhere" / "data").mkdir(parents=True)
     (folder / "space.yaml").write_text("hidden: {choices: [4, 16]}\nlr: {low: 1.0e-3, high: 1.0e-2, log: true}\n")
@@ -63,9 +64,9 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sweep(team: Path, *args: str) -> subprocess.Popen[str]:
-    """`python sweep.py ARGS` from the team's folder, as its members run it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(ROOT / "sweep.py"), *args]
+    """`python -m lightning_gpu_engine sweep ARGS` from the team's folder, as its members run it."""
+    env = processes.script_env(team)
+    command = [sys.executable, "-m", "lightning_gpu_engine", "sweep", *args]
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=team, env=env, start_new_session=True
     )
@@ -120,7 +121,7 @@ def test_a_key_that_is_no_option_of_the_teams_task_is_refused_naming_its_script_
     monkeypatch.chdir(team)
     (team / "image.yaml").write_text("image_size: {choices: [32, 64]}\n")
     with pytest.raises(SystemExit) as exit_info:  # in this process: sweep.py's body, as its cli calls it
-        sweep_main(toy.TASK, ROOT / "train.py", ["--task", "my_task", "--space", "image.yaml", "--output-dir", "never"])
+        sweep_main(toy.TASK, team / "train.py", ["--task", "my_task", "--space", "image.yaml", "--output-dir", "never"])
     assert exit_info.value.code == 2
     line = capsys.readouterr().err.strip()
     script = re.escape("python ") + r"\S*my_task\.py"

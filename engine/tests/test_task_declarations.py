@@ -1,4 +1,4 @@
-"""What a `Task` declares reaches the command line as the README says: its defaults, its layout, its script's name;
+"""What a `Task` declares reaches the command line as the guide says: its defaults, its layout, its script's name;
 and an experiment tracker that is not installed is one line. Each is run as a user runs the task's script."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lightning_gpu_engine.config.cli import build_parser
 
 from .conftest import run_toy
 
-# The toy task's own defaults (README: defaults={"batch_size": 64, "lr": 3e-3}) are left to the task here.
+# The toy task's own defaults (guide: defaults={"batch_size": 64, "lr": 3e-3}) are left to the task here.
 PLAIN = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--logger=csv"]
 PLAIN += ["--samples=256", "--max-epochs=1", "--log-every-n-steps=1"]
 
@@ -78,7 +78,7 @@ def test_a_task_that_declares_no_layout_has_no_channels_last_flag_key_or_word(my
 
 @pytest.fixture(scope="module")
 def conv_task(my_task: Path) -> Path:
-    """The README's task, written as the README says a convolutional one is: 2x2x2 images of its 8 features into a
+    """The guide's task, written as the guide says a convolutional one is: 2x2x2 images of its 8 features into a
     Conv2d network, and channels_last=True."""
     text = my_task.read_text()
     changes = {

@@ -14,9 +14,8 @@ from typing import Any
 import optuna
 import pytest
 import torch
-from conftest import ROOT, run_script
 
-from .conftest import TOY, run_toy, signalling_task, train
+from .conftest import TOY, run_engine, run_toy, signalling_task, train
 
 # 192 samples in batches of 8: 24 steps an epoch, so the run ends inside its first. Validation: 48 samples, 6 batches.
 BUDGET = ["--samples=192", "--max-steps=12", "--val-every=4", "--val-batches=2"]
@@ -165,7 +164,7 @@ def test_a_periodic_save_due_at_a_validation_step_waits_for_it(
 def test_the_sweeps_pruner_is_told_every_validation(my_task: Path, tmp_path: Path) -> None:
     (tmp_path / "space.yaml").write_text("lr: {low: 1.0e-3, high: 1.0e-2, log: true}\n")
     flags = ["--task", str(my_task), "--space", str(tmp_path / "space.yaml"), "--trials=1", "--pruner=median"]
-    done = run_script(ROOT / "sweep.py", *flags, f"--output-dir={tmp_path / 'sweep'}", *TOY, *BUDGET, cwd=tmp_path)
+    done = run_engine("sweep", *flags, f"--output-dir={tmp_path / 'sweep'}", *TOY, *BUDGET, cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     [trial] = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}").trials
     validated = records(tmp_path / "sweep" / "trial-0000")

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lightning_gpu_engine.bench.report import figures_file
+from lightning_gpu_engine.bench import figures_file
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_STEP = re.compile(

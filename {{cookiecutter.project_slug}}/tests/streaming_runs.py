@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 import torch
 from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
+from lightning_gpu_engine.testing import ranks
 from lightning_gpu_engine.testing.script_runs import validations
 
 BUCKET = "streaming-tests"  # S3 bucket names have at least 3 characters
-RANKS = str(ROOT / "tests" / "engine" / "ranks.py")  # a task trained as train.py does, every rank's results dumped
+# a task trained as train.py does, every rank's results dumped: the engine's script, run as a file as Lightning reruns it
+RANKS = str(Path(ranks.__file__))
 TASK = "from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK\n"
 LAYOUTS = {
     "one device": ["--devices=1"],
@@ -97,7 +99,7 @@ def prepare(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 
 def start(launch: Launch, layout: str, args: list[str], dump: Path, pause: int = 0) -> list[subprocess.Popen[str]]:
-    """train.py's task through tests/engine/ranks.py: one process group, or one per NODE_RANK "node"."""
+    """train.py's task through the engine's testing/ranks.py: one process group, or one per NODE_RANK "node"."""
     dump.mkdir(parents=True, exist_ok=True)
     (dump / "task.py").write_text(TASK)
     command = [sys.executable, RANKS, str(dump / "task.py"), str(dump), str(pause), *args, *LAYOUTS[layout]]

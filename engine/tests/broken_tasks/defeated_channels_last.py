@@ -1,4 +1,4 @@
-"""Broken on purpose: the README's regressor declaring channels_last, with a network that folds each sample's 8
+"""Broken on purpose: the guide's regressor declaring channels_last, with a network that folds each sample's 8
 features into a 2x2x2 image itself. The engine converts the network's weights and its 4-D inputs, but this input is
 2-D; the convolution inside then gets NCHW."""
 

@@ -1,4 +1,4 @@
-"""Broken on purpose: the README's regressor with a plain shuffled DataLoader. No checkpoint holds its place in an
+"""Broken on purpose: the guide's regressor with a plain shuffled DataLoader. No checkpoint holds its place in an
 epoch, so a run stopped mid-epoch and resumed reads other batches than an uninterrupted one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Broken on purpose: the README's regressor showing its per-step loss with prog_bar=True, which reads it back from
+"""Broken on purpose: the guide's regressor showing its per-step loss with prog_bar=True, which reads it back from
 the device after every step."""
 
 from __future__ import annotations

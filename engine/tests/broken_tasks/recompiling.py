@@ -1,4 +1,4 @@
-"""Broken on purpose: the README's regressor with a network that reads a Python number changing every step, which
+"""Broken on purpose: the guide's regressor with a network that reads a Python number changing every step, which
 torch.compile treats as a constant: each new value compiles the network again."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Broken on purpose: the README's regressor reading its features as a sequence with an LSTM, which dynamo leaves to
+"""Broken on purpose: the guide's regressor reading its features as a sequence with an LSTM, which dynamo leaves to
 eager PyTorch: --compile then compiles nothing, and the task does not declare compile off."""
 
 from __future__ import annotations

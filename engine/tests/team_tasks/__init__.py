@@ -1,1 +1,1 @@
-"""Tasks of shapes other than the README's regressor, each written as a team would from the README alone."""
+"""Tasks of shapes other than the guide's regressor, each written as a team would from the guide alone."""

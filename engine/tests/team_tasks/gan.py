@@ -1,4 +1,4 @@
-"""A GAN in the shape of Lightning's basic GAN example, written from the README's "Any LightningModule" alone: manual
+"""A GAN in the shape of Lightning's basic GAN example, written from the guide's "Any LightningModule" alone: manual
 optimization, two Adams without schedulers, `toggle_optimizer` and `manual_backward`, generator and discriminator in
 a `ModuleDict`, and a training_step that returns nothing. It learns points on a ring: `python gan.py --devices 2`."""
 

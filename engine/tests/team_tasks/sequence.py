@@ -1,4 +1,4 @@
-"""An LSTM forecaster on sine windows, written from the README alone: an EngineModule with its own
+"""An LSTM forecaster on sine windows, written from the guide alone: an EngineModule with its own
 configure_optimizers (Adam and a per-epoch StepLR, in Lightning's tuple-of-lists form), which declares compile off
 since dynamo captures no LSTM. It predicts a wave's next value from the last `window`: `python sequence.py`."""
 

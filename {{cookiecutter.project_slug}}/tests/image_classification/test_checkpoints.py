@@ -1,5 +1,5 @@
 """A checkpoint of another image network is refused in one line, naming the flag that differs (the engine's own
-refusals, resume and saves are tests/engine/test_checkpoints.py's)."""
+refusals, resume and saves are lightning-gpu-engine's tests/test_checkpoints.py's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The image task's options: the bake's channels_last answer, its own bad values, and the paths of predict.py and
-export.py (the engine's options are tests/engine/test_config.py's)."""
+export.py (the engine's options are lightning-gpu-engine's tests/test_config.py's)."""
 
 from __future__ import annotations
 

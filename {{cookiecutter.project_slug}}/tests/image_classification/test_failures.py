@@ -1,5 +1,5 @@
 """Every way the image task's inputs can be wrong says so in one line, naming the cause and what to try (the
-engine's failures are tests/engine/test_failures.py's)."""
+engine's failures are lightning-gpu-engine's tests/test_failures.py's)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where the image task decodes folder images (loader workers are tests/engine/test_hardware.py's)."""
+"""Where the image task decodes folder images (loader workers are lightning-gpu-engine's tests/test_hardware.py's)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Odd and broken inputs met through train.py and predict.py, as a user meets them: too-long paths, animated images,
 unreadable splits, damaged CIFAR-10 copies, broken --config files, nested class folders and symlink loops. Refusals run
-in this process through train.py's `main` (tests/engine/test_config.py runs the script's own refusals)."""
+in this process through train.py's `main` (tests/test_engine_use.py runs the script's own refusals)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The image task resumed mid-epoch reports the epoch metrics of an uninterrupted run: its running accuracy counts
-the steps before the stop too (the engine's stops and resumes are tests/engine/test_resume.py's)."""
+the steps before the stop too (the engine's stops and resumes are lightning-gpu-engine's tests/test_resume.py's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`--resume` with other image options than the checkpoint's: each change that alters what it means is refused in one
-line (the engine's options are tests/engine/test_resume_changes.py's).
+line (the engine's options are lightning-gpu-engine's tests/test_resume_changes.py's).
 
 One first run, stopped by SIGTERM mid-epoch, is shared by every test; each resume works on its own copy of it.
 """

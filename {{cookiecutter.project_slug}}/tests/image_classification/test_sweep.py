@@ -23,7 +23,7 @@ import optuna
 import pytest
 import yaml
 from conftest import ROOT, TINY, run_train, wait_until
-from lightning_gpu_engine.sweep.space import load_space
+from lightning_gpu_engine.sweep import load_space
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 

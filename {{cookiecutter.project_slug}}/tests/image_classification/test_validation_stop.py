@@ -3,7 +3,7 @@ so the resumed run ends with the same validation scores, best checkpoint and tes
 
 Once the interrupted validation was lost: its epoch had no `val/*`, its best checkpoint never existed, and the final
 test scored a different "best". Here with the image task's accuracy metrics and its best-by-val/acc checkpoint; the
-engine's side is tests/engine/test_validation_stop.py's.
+engine's side is lightning-gpu-engine's tests/test_validation_stop.py's.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import torch
 import yaml
 from conftest import ROOT, SAVING, run_script, run_train, script_env
 from lightning_gpu_engine import read_checkpoint
-from reference_runs import ReferenceRuns
+from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
 

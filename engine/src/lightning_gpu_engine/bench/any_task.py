@@ -59,8 +59,8 @@ def peek_task(argv: list[str] | None) -> str | None:
     return peek.parse_known_args(sys.argv[1:] if argv is None else argv)[0].task
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = OneLineParser(prog="bench.py", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse(argv: list[str], prog: str = "bench.py") -> tuple[argparse.Namespace, list[str]]:
+    parser = OneLineParser(prog=prog, description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", metavar="MODULE", required=True, help="the module or .py file whose TASK is timed")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default: 20 on CUDA, 3 elsewhere)")
     parser.add_argument("--steps", type=int, help="timed steps, in windows of steps/5 (default: 100 CUDA, 10 else)")
@@ -172,14 +172,15 @@ def measure_row(task: Task, cfg: Config, opts: Any, setting: Setting, warmup: in
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """bench.py's body with --task: a table printed row by row, the rows saved to --json as they come."""
+def main(argv: list[str] | None = None, prog: str = "bench.py") -> dict[str, Any]:
+    """bench.py's body with --task: a table printed row by row, the rows saved to --json as they come. `prog`: the
+    command as typed (`bench.py`, `python -m lightning_gpu_engine bench`), for its usage and the saved command."""
     argv = sys.argv[1:] if argv is None else argv
-    args, rest = parse(argv)
+    args, rest = parse(argv, prog)
     found = load_task(args.task)
     task, json_path = found.task, Path(args.json)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
-        cfg, opts = parse_run([*rest, f"--output-dir={workdir}/check"], task, prog="bench.py")
+        cfg, opts = parse_run([*rest, f"--output-dir={workdir}/check"], task, prog=prog)
         try:
             settings, default, accelerator = matrix(task, cfg)
         except ConfigError as err:
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         settings = select(settings, args.only)
         warmup, steps = STEPS["cuda" if accelerator == "cuda" else "cpu"]
         warmup, steps = (warmup if args.warmup is None else args.warmup), args.steps or steps
-        results = task_results(task, shlex.join(["python", "bench.py", *argv]), accelerator, warmup, steps)
+        command = shlex.join(["python", *prog.removeprefix("python ").split(), *argv])
+        results = task_results(task, command, accelerator, warmup, steps)
         write_json(json_path, results)
         print(task_header(results), flush=True)
         with quiet_trainers():

@@ -1,1 +1,7 @@
-"""`sweep.py`: hyperparameter search on Optuna; every trial is a real `train.py` run, with its resume and signals."""
+"""Hyperparameter search on Optuna, every trial a real run of the task's script with its resume and signals, for a
+project's sweep.py to import from here."""
+
+from lightning_gpu_engine.sweep.run import main
+from lightning_gpu_engine.sweep.space import load_space
+
+__all__ = ["load_space", "main"]

@@ -29,8 +29,8 @@ the flags after the sweep's own, the searched options from --space, and --output
 """
 
 
-def parse(argv: list[str] | None, task: Task) -> tuple[Any, list[str]]:
-    parser = OneLineParser(prog="sweep.py", description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
+def parse(argv: list[str] | None, task: Task, prog: str = "sweep.py") -> tuple[Any, list[str]]:
+    parser = OneLineParser(prog=prog, description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument(
         "--task",
         metavar="MODULE",
@@ -123,14 +123,18 @@ def peek_task(argv: list[str] | None) -> str | None:
     return peek.parse_known_args(argv)[0].task
 
 
-def main(task: Task, script: Path, argv: list[str] | None = None) -> None:
-    """`task` trained by `script` (train.py), unless --task names another: then each trial runs that task's file."""
-    program, shown = [str(script)], f"python {script.name}"
+def main(task: Task | None, script: Path | None, argv: list[str] | None = None, prog: str = "sweep.py") -> None:
+    """`task` trained by `script` (train.py), unless --task names another: then each trial runs that task's file.
+    Without a task of its own (`python -m lightning_gpu_engine sweep`), --task is needed."""
     given = peek_task(argv)
     if given is not None:
         found = load_task(given)
         task, program, shown = found.task, found.program, found.shown
-    args, rest = parse(argv, task)
+    elif task is None or script is None:
+        fail("--task: name the module or .py file whose TASK the trials train (e.g. --task my_task)")
+    else:
+        program, shown = [str(script)], f"python {script.name}"
+    args, rest = parse(argv, task, prog)
     try:
         import optuna  # noqa: F401
     except ImportError:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from lightning_gpu_engine import set_up_warnings
-from lightning_gpu_engine.sweep.run import main
+from lightning_gpu_engine.sweep import main
 
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning_gpu_engine import Config, Hardware, no_decay_names, parse_betas, run_hparams, warmup_cosine
-from lightning_gpu_engine.bench.harness import Clock, Spec, Timing, prepare, time_fit
+from lightning_gpu_engine.bench import Clock, Spec, Timing, prepare, time_fit
 
 from . import TASK
 from .config import SIZES

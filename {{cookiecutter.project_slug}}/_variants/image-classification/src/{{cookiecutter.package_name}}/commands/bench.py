@@ -32,14 +32,14 @@ from lightning_gpu_engine import (
     set_up_warnings,
 )
 from lightning_gpu_engine.bench import any_task
-from lightning_gpu_engine.bench.harness import (
+from lightning_gpu_engine.bench import (
     Setting,
     Timing,
     interleaved_rounds,
     peak_flops,
     quiet_trainers,
 )
-from lightning_gpu_engine.bench.report import (
+from lightning_gpu_engine.bench import (
     check_json,
     device_name,
     repeat_lines,

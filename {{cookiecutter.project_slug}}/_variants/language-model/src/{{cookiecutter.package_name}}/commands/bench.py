@@ -29,12 +29,12 @@ from lightning_gpu_engine import (
     set_up_warnings,
 )
 from lightning_gpu_engine.bench import any_task
-from lightning_gpu_engine.bench.harness import (
+from lightning_gpu_engine.bench import (
     interleaved_rounds,
     peak_flops,
     quiet_trainers,
 )
-from lightning_gpu_engine.bench.report import check_json, ratio_line, spread, write_json
+from lightning_gpu_engine.bench import check_json, ratio_line, spread, write_json
 
 from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
     LMSetting,

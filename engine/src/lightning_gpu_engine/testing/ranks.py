@@ -1,7 +1,7 @@
-"""`python tests/engine/ranks.py MY_TASK DUMP_DIR PAUSE_STEP ARGS...`: the toy task at MY_TASK trained with ARGS, and
-every rank saves DUMP_DIR/rank<N>.pt at the end of fit: its parameters and metrics, so tests can check that the ranks
-agree. With PAUSE_STEP > 0 every rank stops after that step's callbacks (a periodic checkpoint included) and waits to
-be killed, once rank 0 has printed "paused at step PAUSE_STEP".
+"""`python -m lightning_gpu_engine.testing.ranks MY_TASK DUMP_DIR PAUSE_STEP ARGS...`: the task of the file MY_TASK
+(its TASK) trained with ARGS, and every rank saves DUMP_DIR/rank<N>.pt at the end of fit: its parameters and metrics,
+so tests can check that the ranks agree. With PAUSE_STEP > 0 every rank stops after that step's callbacks (a periodic
+checkpoint included) and waits to be killed, once rank 0 has printed "paused at step PAUSE_STEP".
 
 A script, not a function: Lightning starts the other local ranks by running this same command line again.
 """
@@ -18,6 +18,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
+
 from lightning_gpu_engine import main
 from lightning_gpu_engine.build import trainer as trainer_module
 

@@ -1,0 +1,87 @@
+"""How this project uses its engine, the lightning-gpu-engine package: through its front doors alone, with this
+project's answers to the template as where its runs start, and entry points that answer a typo before the engine's
+heavy imports. The engine's own suite ships with the engine; this project's tests are its task's."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+from conftest import MISSING_INPUTS, ROOT, run_script, without_heavy_imports
+from lightning_gpu_engine import parse_run
+
+from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
+
+# What code outside the engine may import from it: the package's names, and the bench's and the sweep's, for the
+# project's bench.py and sweep.py (its tests may also use lightning_gpu_engine.testing and reach further in)
+DOORS = ("lightning_gpu_engine", "lightning_gpu_engine.bench", "lightning_gpu_engine.sweep")
+
+
+def side_doors(root: Path) -> list[str]:
+    """Each import of the engine by src/, the root scripts and scripts/ that is not a name of one of its DOORS."""
+    listed = {door: set(importlib.import_module(door).__all__) for door in DOORS}
+    found = []
+    for path in sorted([*(root / "src").rglob("*.py"), *root.glob("*.py"), *(root / "scripts").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names if a.name.startswith("lightning_gpu_engine.")]
+                found += [f"{path.relative_to(root)} imports {module}" for module in modules]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning_gpu_engine":
+                door = listed.get(node.module or "", set())
+                names = [a.name for a in node.names if a.name != "*" and a.name not in door]
+                found += [f"{path.relative_to(root)} imports {node.module}.{name}" for name in names]
+    return found
+
+
+def test_the_project_imports_the_engine_through_its_front_doors_alone() -> None:
+    assert side_doors(ROOT) == []
+
+
+def test_the_check_sees_a_module_of_the_engine_imported_from_the_package_or_a_script(tmp_path: Path) -> None:
+    (tmp_path / "src" / "team").mkdir(parents=True)
+    (tmp_path / "src" / "team" / "task.py").write_text("def f():\n    from lightning_gpu_engine.build import trainer\n")
+    (tmp_path / "train.py").write_text("from lightning_gpu_engine import Task, main\nimport lightning_gpu_engine.run\n")
+    (tmp_path / "bench.py").write_text("from lightning_gpu_engine.bench import any_task, not_there\n")
+    assert side_doors(tmp_path) == [
+        "bench.py imports lightning_gpu_engine.bench.not_there",
+        "src/team/task.py imports lightning_gpu_engine.build.trainer",
+        "train.py imports lightning_gpu_engine.run",
+    ]
+
+
+def test_the_answers_given_when_the_project_was_generated_are_where_its_runs_start() -> None:
+    cfg, _ = parse_run([], TASK)
+    assert cfg.precision == "{{ cookiecutter.precision }}"
+    assert cfg.strategy == "{{ cookiecutter.strategy }}"
+    assert cfg.logger == "{{ cookiecutter.logger }}"
+    assert cfg.compile is {{ "None" if cookiecutter.compile == "yes" else "False" }}
+
+
+# bench.py and prepare_data.py still import torch before they read their flags: seconds before a typo's line
+FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("bench.py", "prepare_data.py"))
+
+
+def test_the_entry_points_answer_a_bad_flag_or_a_missing_file_before_importing_torch_or_lightning(
+    tmp_path: Path,
+) -> None:
+    """A typo's one line comes at once, in a flag or in a path. Here torch and Lightning cannot be imported at all, so
+    a script that imports either before it answers fails with a traceback (train.py once imported Lightning on its
+    way out: 5 s of every one-line error; a mistyped --data-dir was told after every import, 5 s to 31 s)."""
+    env = without_heavy_imports(tmp_path / "shim")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "train.py" in FLAGS_FIRST and len(FLAGS_FIRST) >= 3
+    runs = [(script, ["--no-such-flag"], "error: ") for script in FLAGS_FIRST]
+    out = f"--output-dir={tmp_path / 'run'}"
+    runs += [("train.py", ["--max-epochs=-1", out], "--max-epochs: ")]
+    missing = [*MISSING_INPUTS, (["--resume={tmp}/none.ckpt"], "--resume: no checkpoint at {tmp}/none.ckpt")]
+    for args, said in missing:
+        runs.append(("train.py", [*(a.format(tmp=empty) for a in args), out], said.format(tmp=empty)))
+    for script, args, said in runs:
+        result = run_script(script, *args, env=env)
+        assert result.returncode == 2, f"{script} {args}: {result.stderr[-2000:]}"
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+        assert said in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+    assert run_script("train.py", "--help", env=env).returncode == 0
