@@ -56,6 +56,9 @@ ENGINE = template_root() / "engine"
 sys.path.insert(0, str(ENGINE / "_build"))
 import wheel_backend  # noqa: E402  # the engine's own build backend, the one pip and uv call
 
+VERSION = wheel_backend.project(ENGINE)["version"]
+readme = Path("README.md")
+readme.write_text(readme.read_text().replace("@ENGINE_VERSION@", VERSION))
 pyproject = Path("pyproject.toml")
 text = pyproject.read_text()
 if ENGINE_SOURCE == "bundled":
@@ -63,6 +66,6 @@ if ENGINE_SOURCE == "bundled":
     text = text.replace("@ENGINE_WHEEL@", wheel.name)
     text = text.replace("@ENGINE_SHA256@", hashlib.sha256(wheel.read_bytes()).hexdigest())
 else:
-    major, minor = wheel_backend.project(ENGINE)["version"].split(".")[:2]
+    major, minor = VERSION.split(".")[:2]
     text = text.replace("@ENGINE_SERIES@", f"{major}.{minor}")
 pyproject.write_text(text)

@@ -15,8 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import lightning_gpu_engine
 import pytest
+
+import lightning_gpu_engine
 from lightning_gpu_engine import main
 from lightning_gpu_engine.testing import processes
 from lightning_gpu_engine.testing.fixtures import (

@@ -41,7 +41,11 @@ def test_the_guides_regressor_gets_a_samples_per_second_row_per_setting_and_roun
     assert process.returncode == 0, stderr[-3000:]
     saved = json.loads(out.read_text())
     assert saved["finished"] and saved["task"] == "a tabular regressor" and saved["accelerator"] == "cpu"
-    assert saved["torch"] and saved["lightning"] and saved["command"].startswith("python -m lightning_gpu_engine bench --task my_task")
+    assert (
+        saved["torch"]
+        and saved["lightning"]
+        and saved["command"].startswith("python -m lightning_gpu_engine bench --task my_task")
+    )
     rows = [(row["name"], row["default"], row["round"]) for row in saved["settings"]]
     assert rows == [("fp32", True, 0), ("bf16", False, 0), ("fp32", True, 1), ("bf16", False, 1)], "in turn"
     for row in saved["settings"]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from lightning_gpu_engine.testing.processes import edited
 
 from .conftest import TOY, run_toy, train

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from lightning_gpu_engine.perf.compile_artifacts import (
     ARTIFACTS,
     load,

@@ -9,10 +9,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from lightning_gpu_engine.testing.processes import heavy_imports_blocked, one_error_line
+
 from lightning_gpu_engine import parse_run
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError, parse_betas, parse_every
+from lightning_gpu_engine.testing.processes import heavy_imports_blocked, one_error_line
 
 from .conftest import run_toy, train
 

@@ -3,12 +3,12 @@ task derived from the guide's breaks one, and fails that check with the promise 
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
 from lightning_gpu_engine import TaskConformance
 
 from .conftest import guide, guide_task, python_block

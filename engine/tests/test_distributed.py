@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause, wait, wait_until
-from lightning_gpu_engine.testing.machine_sharing import free_port
+
 from lightning_gpu_engine import read_checkpoint
 from lightning_gpu_engine.checkpoint.saving import resume_path
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.testing import processes, ranks
-from lightning_gpu_engine.testing.machine_sharing import port_range
+from lightning_gpu_engine.testing.machine_sharing import free_port, port_range
+from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause, wait, wait_until
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 RANKS = str(Path(ranks.__file__))  # a script: Lightning starts the other ranks by running it again
@@ -90,7 +90,9 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     ddp = [sys.executable, RANKS, str(my_task)]
     whole_run = [*ddp, "{dump}", "0", *without_output_dir(tiny_args), *layout, "--output-dir={out}"]
     team = my_task.parent
-    references.copy(whole_run, {"dump": tmp_path / "whole", "out": tmp_path / "uninterrupted"}, team, processes.script_env(team))
+    references.copy(
+        whole_run, {"dump": tmp_path / "whole", "out": tmp_path / "uninterrupted"}, team, processes.script_env(team)
+    )
     whole = load_ranks(tmp_path / "whole", 2)
     assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
     assert_ranks_agree(whole)

@@ -7,8 +7,9 @@ import itertools
 
 import pytest
 import torch
-from lightning_gpu_engine.data.eval_split import EvenShards
 from torch.utils.data import DistributedSampler, SequentialSampler, TensorDataset
+
+from lightning_gpu_engine.data.eval_split import EvenShards
 
 
 def shards(samples: int, world: int, batch_size: int) -> list[list[list[int]]]:

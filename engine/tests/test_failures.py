@@ -13,8 +13,9 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from lightning_gpu_engine.testing.processes import SAVING, one_error_line
+
 from lightning_gpu_engine import Config, read_checkpoint
+from lightning_gpu_engine.testing.processes import SAVING, one_error_line
 
 from .conftest import run_toy, train
 from .test_monitors import FusedAdamW

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
 from lightning_gpu_engine import read_checkpoint
 
 from .conftest import run_toy, train

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
+
 from lightning_gpu_engine import hardware, parse_run
 from lightning_gpu_engine.config.options import Config
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
 from lightning_gpu_engine.reliability.metric_state import (
     States,
     load_metric_states,
     metric_states,
 )
-from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
 
 
 class Accuracy(nn.Module):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib
 import inspect
 import json
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from torch import nn
+
 from lightning_gpu_engine import Task, main
 from lightning_gpu_engine.bench import any_task
 from lightning_gpu_engine.build.trainer import RunDDP, build_strategy
-from torch import nn
 
 from .conftest import TOY, guide
 from .team_tasks import gan, sequence

@@ -17,8 +17,9 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from lightning_gpu_engine.testing.processes import wait_until
+
 from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import run_toy, train
 

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from lightning_gpu_engine.testing.processes import SAVING
-from lightning_gpu_engine.testing.machine_sharing import free_port
+
 from lightning_gpu_engine import read_checkpoint
+from lightning_gpu_engine.testing.machine_sharing import free_port
+from lightning_gpu_engine.testing.processes import SAVING
 
 LAUNCHERS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 

@@ -65,7 +65,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == "open":
-                found.append(path[path.index(nxt) :] + [nxt])
+                found.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt)
         path.pop()

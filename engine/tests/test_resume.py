@@ -16,6 +16,11 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
+
 from lightning_gpu_engine.build.trainer import build_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.data.loaders import (
@@ -23,10 +28,6 @@ from lightning_gpu_engine.data.loaders import (
     SkippingBatchSampler,
 )
 from lightning_gpu_engine.perf import hardware
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 from .conftest import train
 

@@ -20,6 +20,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
+
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.reliability.resume_changes import (
     FREE,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from lightning_gpu_engine import TaskConformance
 from lightning_gpu_engine.testing.script_runs import ConformanceRuns
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 import torch
-from lightning_gpu_engine.testing.processes import wait_until
+
 from lightning_gpu_engine import main, read_checkpoint
 from lightning_gpu_engine.build import trainer as trainer_module
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
+from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import TOY, run_toy, signalling_task, train
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import run_toy, signalling_task

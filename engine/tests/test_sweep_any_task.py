@@ -16,9 +16,10 @@ from types import ModuleType
 import optuna
 import pytest
 import yaml
+from optuna.storages.journal import JournalFileBackend
+
 from lightning_gpu_engine.sweep import main as sweep_main
 from lightning_gpu_engine.testing import processes
-from optuna.storages.journal import JournalFileBackend
 
 from .conftest import guide_task
 

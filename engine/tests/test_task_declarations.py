@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
+
 from lightning_gpu_engine import Config, TaskDefault
 from lightning_gpu_engine.config.cli import build_parser
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lightning_gpu_engine import run
 from my_task import TASK, RegressionData
 from torch.utils.data import DataLoader
+
+from lightning_gpu_engine import run
 
 
 class PlainLoaderData(RegressionData):

@@ -7,9 +7,10 @@ import dataclasses
 from typing import Any
 
 import torch.nn.functional as F
-from lightning_gpu_engine import run, run_hparams
 from my_task import TASK, Regressor
 from torch import Tensor
+
+from lightning_gpu_engine import run, run_hparams
 
 
 class ProgressBarRegressor(Regressor):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lightning_gpu_engine import run, run_hparams
 from my_task import TASK, Regressor
 from torch import Tensor, nn
+
+from lightning_gpu_engine import run, run_hparams
 
 
 class Scale(nn.Module):

@@ -11,9 +11,10 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, run, train_loader
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, run, train_loader
 
 OWN_ADAMS = "the GAN's two Adams are its own (configure_optimizers)"
 

@@ -11,6 +11,9 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
 from lightning_gpu_engine import (
     ConfigError,
     EngineModule,
@@ -21,8 +24,6 @@ from lightning_gpu_engine import (
     run_hparams,
     train_loader,
 )
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
 
 OWN_ADAM = "the forecaster's Adam and StepLR are its own (configure_optimizers)"
 
