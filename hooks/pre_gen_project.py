@@ -34,10 +34,9 @@ IMPORTED |= {"litdata", "boto3", "botocore", "moto", "obstore", "lightning_gpu_e
 IMPORTED |= {"train", "bench", "predict", "export", "conftest", "dump_ranks", "probes", "rank_metrics", "trained_model"}
 IMPORTED |= {"pause_ranks", "test_resume", "sweep", "generate", "train_tokenizer", "test_language_model"}
 IMPORTED |= {"prepare_data", "streaming_runs", "compile_cache_startup", "checkpoint_blocking", "template_update"}
-IMPORTED |= {"machine_sharing", "reference_runs"}  # the suites' helpers for the machine they share, and references
-# tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
-IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
-IMPORTED |= {"recompiling", "template_update", "unusable_outputs"}
+# tests/ and its folders are packages (`tests.image_classification`, ...); the engine's guide has a team save its task
+# as my_task.py beside train.py
+IMPORTED |= {"tests", "__init__", "my_task", "template_update", "unusable_outputs"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

@@ -3,7 +3,7 @@
 - Ports: each suite runs in a network namespace of its own, loopback up and nothing else, so no process outside it
   (the other xdist worker's suite) can take a port its runs picked or join their stores. Where the machine refuses
   (no CAP_SYS_ADMIN), each xdist worker hands its suites a port range of its own (TEST_PORT_RANGE), from which every
-  multi-process run of theirs takes its MASTER_PORT (the bake's tests/machine_sharing.py).
+  multi-process run of theirs takes its MASTER_PORT (the engine's testing/machine_sharing.py).
 - Cores: one lock file for the whole run (TEST_MULTIPROCESS_LOCK): a suite's test of several processes holds it.
 
 `python tests/isolation.py CMD...` runs CMD in a namespace of its own.
@@ -23,7 +23,7 @@ from pathlib import Path
 CLONE_NEWNET = 0x40000000  # <linux/sched.h>
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # <linux/sockios.h>, <net/if.h>
 IFREQ = "16sh22x"  # struct ifreq: the interface's name, then ifr_flags in a 24-byte union
-LOWEST_PORT = 10000  # the bake's tests/machine_sharing.py draws from here up to the kernel's ephemeral range
+LOWEST_PORT = 10000  # the engine's testing/machine_sharing.py draws from here up to the kernel's ephemeral range
 
 
 def enter_namespace() -> None:

@@ -133,7 +133,9 @@ def test_bake_has_exactly_the_template_files_with_names_rendered(baked: tuple[Ro
 
 def test_no_jinja_is_left_in_any_file(baked: tuple[Row, Path]) -> None:
     _, project = baked
-    texts = {f: (project / f).read_text() for f in files(project) if not f.endswith(".whl")}  # the engine's wheel: bytes
+    texts = {
+        f: (project / f).read_text() for f in files(project) if not f.endswith(".whl")
+    }  # the engine's wheel: bytes
     leftovers = [f for f, text in texts.items() if JINJA_LEFTOVER.search(f + text)]
     assert not leftovers
 
@@ -171,9 +173,11 @@ def test_ruff_lint_and_format_are_clean(baked: tuple[Row, Path]) -> None:
 # 0.50-1.07 CPU-minutes measured: the first bake of a Python version analyses torch and Lightning, the rest reuse it
 @pytest.mark.minutes(0.9)
 @pytest.mark.parametrize("answers", TYPED, ids=lambda row: f"{row['task']}-py{row['python_version']}")
-def test_mypy_is_clean(answers: Row, mypy_cache: Path, tmp_path: Path) -> None:
+def test_mypy_is_clean(answers: Row, mypy_cache: Path, engine_python: Path, tmp_path: Path) -> None:
     project = bake(tmp_path, **answers)
     # A file cache, not sqlite: xdist workers share it, and sqlite can report "database is locked" under that.
     sources = ("src", "tests", *sorted(p.name for p in project.glob("*.py")))  # and every entry point
-    result = run(BIN / "mypy", "--no-sqlite-cache", "--cache-dir", mypy_cache, *sources, cwd=project)
+    # the engine as a bake installs it, typed (py.typed): what the project's code is checked against
+    options = ["--no-sqlite-cache", "--cache-dir", mypy_cache, "--python-executable", engine_python]
+    result = run(BIN / "mypy", *options, *sources, cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -78,6 +78,8 @@ def install(tmp_path: Path, task: str) -> tuple[Path, Path]:
     python = venv / "bin" / "python"
     done = run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", project, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    engine = run(python, "-m", "pip", "install", "-q", "--no-deps", *(project / "wheels").glob("*.whl"), cwd=tmp_path)
+    assert engine.returncode == 0, engine.stderr  # the engine's wheel, as its reference in pyproject.toml installs it
     installed = next(venv.glob("lib/python*/site-packages"))
     assert not list(installed.glob("__editable__*")), "a wheel, not a link back"
     package = next(p for p in (project / "src").iterdir() if p.is_dir() and not p.name.endswith(".egg-info"))

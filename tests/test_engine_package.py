@@ -6,36 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-import site
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
-from conftest import TEMPLATE, bake, run
+from conftest import ENGINE, bake, pip, run, venv
 
-ENGINE = TEMPLATE / "engine"
 sys.path.insert(0, str(ENGINE / "_build"))
 import wheel_backend  # the engine's build backend: what pip, uv and the post-gen hook call
 
 VERSION = tomllib.loads((ENGINE / "pyproject.toml").read_text())["project"]["version"]
 WHEEL = f"lightning_gpu_engine-{VERSION}-py3-none-any.whl"
-
-
-def venv(tmp_path: Path) -> Path:
-    """A fresh virtual environment that sees this one's packages (torch, lightning, hatchling...) through a .pth
-    file, so nothing is downloaded; its own site-packages hold only what a test installs. Returns its python."""
-    where = tmp_path / "venv"
-    assert run(sys.executable, "-m", "venv", "--without-pip", where, cwd=tmp_path).returncode == 0
-    (next(where.glob("lib/python*/site-packages")) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return where / "bin" / "python"
-
-
-def pip(python: Path, *args: str | Path, cwd: Path) -> str:
-    """`pip ARGS` in that environment, offline: no index, and the build backends already installed here."""
-    done = run(python, "-m", "pip", *args, cwd=cwd, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 def installed_engine(python: Path) -> str:
@@ -78,7 +60,7 @@ def test_a_bake_pins_the_engine_wheel_it_carries_by_its_hash(tmp_path: Path) -> 
 
 def test_pip_installs_the_engine_from_the_bundled_wheel_and_refuses_a_substitute(tmp_path: Path) -> None:
     project = bake(tmp_path / "bake")
-    python = venv(tmp_path)
+    python = venv(tmp_path / "venv")
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
     version, location = installed_engine(python).split()
     assert version == VERSION and location.startswith(str(tmp_path / "venv")), location
@@ -98,7 +80,7 @@ def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: P
     series = ".".join(VERSION.split(".")[:2])
     assert f'"lightning-gpu-engine~={series}"' in (project / "pyproject.toml").read_text()
     assert not (project / "wheels").exists()
-    python = venv(tmp_path)
+    python = venv(tmp_path / "venv")
     offline = run(python, "-m", "pip", "install", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
     assert offline.returncode != 0 and "lightning-gpu-engine" in offline.stderr, "the engine came from elsewhere"
     index = tmp_path / "index"  # what the README's publish command uploads, laid out as a folder index
@@ -121,7 +103,7 @@ def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: P
 
 def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_package(tmp_path: Path) -> None:
     project = bake(tmp_path / "bake")
-    python = venv(tmp_path)
+    python = venv(tmp_path / "venv")
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
     ejected = run(python, "-m", "lightning_gpu_engine", "eject", "--project", project, cwd=tmp_path)
     assert ejected.returncode == 0, ejected.stderr

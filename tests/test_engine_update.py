@@ -12,12 +12,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import BIN, TEMPLATE, run
+from conftest import BIN, TEMPLATE, pip, run, venv
 from test_cruft import GIT_ENV, commit_all, git
-from test_engine_package import WHEEL, pip, venv
+from test_engine_package import WHEEL
 
 # The last template commit whose bakes carried the engine in src/<package>/engine/
-BEFORE = "22b1463"
+BEFORE = "06a8048"
 TINY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--logger=csv"]
 TINY += ["--batch-size=8", "--samples=32", "--max-steps=2"]
 
@@ -108,7 +108,7 @@ def test_cruft_update_replaces_the_copied_engine_by_the_package_and_the_teams_ta
     differ = [str(p) for p in theirs if (new / p).read_bytes() != (project / p).read_bytes()]
     assert differ == [], "the updated repo differs from a fresh bake, whose suite CI runs"
 
-    python = venv(tmp_path)
+    python = venv(tmp_path / "venv")
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
     trained = run(python, "my_task.py", *TINY, f"--output-dir={tmp_path / 'run'}", cwd=project, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]

@@ -1,33 +1,27 @@
-"""The generated project's own test suite passes on CPU for the defaults and for bakes whose GPU defaults differ."""
+"""The generated project's own test suite passes on CPU for the defaults and for bakes whose GPU defaults differ, and
+the engine's suite passes once, against the engine as its wheel installs it."""
 
 from __future__ import annotations
 
-import sys
+import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import bake, run
+from conftest import ENGINE, bake, run
 
 # Bakes whose GPU defaults differ from the defaults bake's.
 FP16_FSDP_CSV = {"precision": "16-mixed", "strategy": "fsdp", "logger": "csv"}
 FP32_EAGER_NCHW_MLFLOW = {"precision": "32-true", "compile": "no", "channels_last": "no", "logger": "mlflow"}
 
+# A bake's answers are its task's defaults (tasks/<task>/__init__.py's ANSWERS): the image task's suite pins every flag
+# they set a default for, so its defaults bake stands for the other bakes, which run only the files that read an
+# answer; the test below finds those the only files that differ between the bakes.
+ANSWER_READERS = ["test_engine_use.py", "image_classification/test_config.py"]
+ANSWER_HOLDERS = ["tasks/image_classification/__init__.py"]  # under src/<package>/: the answers as the task's defaults
 
-# The engine's suite (tests/engine/) runs the toy task with every flag a bake's answers set a default for pinned
-# (accelerator, precision, strategy, logger; compile is off on a CPU whatever the answer), and the image task's suite
-# pins them too: each task's defaults bake runs them whole. The other bakes run only the files that read an answer,
-# which the test below finds to be the only files that differ between the bakes. ENGINE in a list below: the bake's
-# tests/engine/ files but ENGINE_IN_EVERY_BAKE (its defaults are the answers, and it runs the bake's own scripts).
-ENGINE_IN_EVERY_BAKE = ["engine/test_config.py"]
-ENGINE = "engine/*"
-ANSWER_READERS = [*ENGINE_IN_EVERY_BAKE, "image_classification/test_config.py"]
-ANSWER_HOLDERS = ["engine/config.py"]  # under src/<package>/: the answers as the engine's defaults
-
-# The defaults bake's suite is split so that its parts share the two CI cores: the engine's suite (its signal and
-# multi-process files a part of their own), the image task's stop-and-resume files, and the sweep's (a few minutes of
-# train.py subprocesses) are parts of their own.
-ENGINE_PROCESSES = ["engine/test_stops.py", "engine/test_distributed.py", "engine/test_multinode.py"]
-ENGINE_PROCESSES += ["engine/test_compile_cache.py", "engine/test_muon.py", "engine/test_sharded_checkpoints.py"]
+# The defaults bake's suite is split so that its parts share the two CI cores: the image task's stop-and-resume files,
+# and the sweep's (a few minutes of train.py subprocesses), are parts of their own.
 IMAGE_STOPS_AND_RESUMES = [
     f"image_classification/{name}"
     for name in (
@@ -47,30 +41,27 @@ LM = {"task": "language-model"}
 # id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). Measured on 2 cores
 # (conftest.py's summary, and /usr/bin/time), rounded up by about a tenth
 SUITES = {
-    "defaults": ({}, ["engine", *IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 5.5),
-    "defaults-engine": ({}, ENGINE_PROCESSES, ["engine"], 12),
-    "defaults-engine-processes": ({}, [], ENGINE_PROCESSES, 7),
+    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 5.5),
     "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
     "defaults-sweep": ({}, [], SWEEP, 3.5),
     "defaults-streaming": ({}, [], IMAGE_STREAMING, 4),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.5),
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [], ANSWER_READERS, 0.5),
-    "language-model": (LM, [ENGINE, *LM_STREAMING], [], 6.5),
+    "language-model": (LM, [*LM_STREAMING], [], 6.5),
     "language-model-streaming": (LM, [], LM_STREAMING, 4),
-    # The language model's bake runs its own conformance suite (tests/language_model/), and the engine's suite once,
-    # in the defaults bake: the test below proves that suite, the engine and the README's task the same in every bake.
 }
+# The engine's own suite runs once, against the engine installed from its wheel, in two parts that share the cores:
+# its signal and multi-process files are a part of their own. id: (files left out, the only files run, CPU-minutes)
+ENGINE_PROCESSES = ["test_stops.py", "test_distributed.py", "test_multinode.py"]
+ENGINE_PROCESSES += ["test_compile_cache.py", "test_muon.py", "test_sharded_checkpoints.py"]
+ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 12), "engine-processes": ([], ENGINE_PROCESSES, 7)}
 
 
-def expand(names: list[str], project: Path) -> list[str]:
-    """ENGINE made the bake's tests/engine/ files but ENGINE_IN_EVERY_BAKE; every name checked to exist in the bake."""
-    engine = sorted(f"engine/{p.name}" for p in (project / "tests" / "engine").glob("test_*.py"))
-    expanded: list[str] = []
+def checked(names: list[str], folder: Path) -> list[str]:
+    """`names`, each checked to exist under `folder`."""
     for name in names:
-        expanded += [e for e in engine if e not in ENGINE_IN_EVERY_BAKE] if name == ENGINE else [name]
-    for name in expanded:
-        assert (project / "tests" / name).exists(), f"{name} is gone: update the lists above"
-    return expanded
+        assert (folder / name).exists(), f"{name} is gone: update the lists above"
+    return names
 
 
 @pytest.mark.parametrize(
@@ -84,49 +75,77 @@ def test_generated_suite_passes(
     tmp_path: Path,
     time_limit: float,
     suite_isolation: tuple[list[str], dict[str, str]],
+    engine_python: Path,
     answers: dict[str, str],
     left_out: list[str],
     only_these: list[str],
 ) -> None:
     project = bake(tmp_path, **answers)
+    tests = project / "tests"
     if answers.get("task") != "language-model":  # a file the image bake's lists name and the bake lacks: update them
-        expand([*ANSWER_READERS, *IMAGE_STOPS_AND_RESUMES, *ENGINE_PROCESSES], project)
-    only = [f"tests/{name}" for name in expand(only_these, project)]
-    skip = [f"--ignore=tests/{name}" for name in expand(left_out, project)]
+        checked([*ANSWER_READERS, *IMAGE_STOPS_AND_RESUMES], tests)
+    only = [f"tests/{name}" for name in checked(only_these, tests)]
+    skip = [f"--ignore=tests/{name}" for name in checked(left_out, tests)]
     prefix, env = suite_isolation
-    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only]
+    pytest_run = [*prefix, engine_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only]
     result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
 
 
+@pytest.mark.parametrize(
+    ("left_out", "only_these"),
+    [
+        pytest.param(out, only, id=k, marks=[pytest.mark.suite, pytest.mark.minutes(m)])
+        for k, (out, only, m) in ENGINE_PARTS.items()
+    ],
+)
+def test_the_engines_suite_passes_against_its_wheel(
+    tmp_path: Path,
+    time_limit: float,
+    suite_isolation: tuple[list[str], dict[str, str]],
+    engine_python: Path,
+    left_out: list[str],
+    only_these: list[str],
+) -> None:
+    """The engine's tests, copied out of the checkout so that nothing but the installed wheel is the engine."""
+    engine = tmp_path / "engine"
+    shutil.copytree(ENGINE / "tests", engine / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ENGINE / "pyproject.toml", engine)
+    only = [f"tests/{name}" for name in checked(only_these, engine / "tests")]
+    skip = [f"--ignore=tests/{name}" for name in checked(left_out, engine / "tests")]
+    prefix, env = suite_isolation
+    pytest_run = [*prefix, engine_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *skip, *only]
+    result = run(*pytest_run, cwd=engine, timeout=time_limit, env=env)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1]
+
+
 def sources(project: Path, package: str, task: str) -> dict[str, str]:
-    """The engine, the task, their suites and the README's toy task, by path, the package named P in both."""
-    readme = (project / "README.md").read_text().split("\n## Bring your own task\n", 1)[1].split("\n## ", 1)[0]
-    files = {"README.md#Bring your own task": readme}
-    folders = [project / "src" / package / "engine", project / "src" / package / "tasks" / task]
+    """The task and its suite, the helpers every suite shares, and the engine's wheel (its hash), by path, the
+    package named P."""
     paths = [
         path
-        for folder in [*folders, project / "tests" / "engine", project / "tests" / task]
+        for folder in (project / "src" / package / "tasks" / task, project / "tests" / task)
         for path in sorted(folder.rglob("*.py"))
     ]
-    for path in [*paths, *sorted((project / "tests").glob("*.py"))]:  # and the helpers every suite shares
-        files[str(path.relative_to(project)).replace(f"src/{package}/", "src/P/")] = path.read_text()
+    files = {
+        str(path.relative_to(project)).replace(f"src/{package}/", "src/P/"): path.read_text()
+        for path in [*paths, *sorted((project / "tests").glob("*.py"))]
+    }
+    files |= {f"wheels/{w.name}": hashlib.sha256(w.read_bytes()).hexdigest() for w in (project / "wheels").glob("*")}
     # the package as code names it (a comment may name the other task's folder, language_model, as a word)
-    return {n: t.replace(f"{package}.engine", "P.engine").replace(f'"{package}"', '"P"') for n, t in files.items()}
+    return {n: t.replace(f"{package}.", "P.").replace(f'"{package}"', '"P"') for n, t in files.items()}
 
 
-def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: Path) -> None:
-    """What lets a task's defaults bake stand for its other bakes, and the image task's run of tests/engine/ for every
-    bake's (20 minutes of CI a bake): the engine, its suite and the README's toy task that suite trains are the same
-    files in every bake but for the package name, and a task's files and suite the same in each of its bakes but for
-    the files that read an answer, which every bake runs."""
+def test_every_bake_carries_the_same_engine_and_a_tasks_bakes_the_same_task(tmp_path: Path) -> None:
+    """What lets a task's defaults bake stand for its other bakes, and the engine's suite, run once, for every bake's
+    engine: every bake carries the same engine wheel, byte for byte, and a task's files and suite are the same in each
+    of its bakes but for the files that read an answer, which every bake runs."""
     image = sources(bake(tmp_path / "image"), "image_classifier", "image_classification")
     language = sources(bake(tmp_path / "language", **LM), "language_model", "language_model")
-    engine = [n for n in image if n.startswith(("README.md", "src/P/engine/", "tests/engine/"))]
-    assert len(engine) > 40, "the engine and its suite were not found"
-    assert [n for n in engine if image[n] != language.get(n)] == []
-    assert sorted(n for n in language if n.startswith(("src/P/engine/", "tests/engine/")) and n not in image) == []
+    wheels = [n for n in image if n.startswith("wheels/")]
+    assert len(wheels) == 1 and image[wheels[0]] == language.get(wheels[0]), "one engine, the same in every bake"
 
     readers = {f"tests/{name}" for name in ANSWER_READERS} | {f"src/P/{name}" for name in ANSWER_HOLDERS}
     for name, answers in (("fp16", FP16_FSDP_CSV), ("fp32", FP32_EAGER_NCHW_MLFLOW)):
@@ -148,14 +167,14 @@ ZOO = "image_classification/test_model_zoo.py"  # every model --model can name: 
     ],
 )
 def test_generated_slow_tests_pass(
-    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], task: str
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], engine_python: Path, task: str
 ) -> None:
     """`pytest -m slow` of each task's default bake, but the model zoo (the test below). Images: pretrained weights
     transfer. Language model: configs/cpu-quickstart.yaml gets within 0.15 nats of the entropy floor."""
     project = bake(tmp_path, task=task)
     zoo = [f"--ignore=tests/{ZOO}"] if (project / "tests" / ZOO).exists() else []
     prefix, env = suite_isolation
-    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", *zoo]
+    pytest_run = [*prefix, engine_python, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", *zoo]
     result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]
@@ -164,12 +183,12 @@ def test_generated_slow_tests_pass(
 @pytest.mark.suite
 @pytest.mark.minutes(10)
 def test_generated_model_zoo_trains_every_model(
-    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]]
+    tmp_path: Path, time_limit: float, suite_isolation: tuple[list[str], dict[str, str]], engine_python: Path
 ) -> None:
     """Every torchvision classifier and a sample of timm families trains a step in the image task's default bake."""
     project = bake(tmp_path)
     prefix, env = suite_isolation
-    pytest_run = [*prefix, sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", f"tests/{ZOO}"]
+    pytest_run = [*prefix, engine_python, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider", f"tests/{ZOO}"]
     result = run(*pytest_run, cwd=project, timeout=time_limit, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and " failed" not in result.stdout.splitlines()[-1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ TEMPLATE = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.minutes(2.5)
-def test_readme_quickstart_trains_above_90_percent(tmp_path: Path, time_limit: float) -> None:
+def test_readme_quickstart_trains_above_90_percent(tmp_path: Path, time_limit: float, engine_python: Path) -> None:
     project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path)))
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
     result = subprocess.run(
-        [sys.executable, "train.py", "--config", "configs/cpu-quickstart.yaml", "--output-dir", str(tmp_path / "out")],
+        [engine_python, "train.py", "--config", "configs/cpu-quickstart.yaml", "--output-dir", str(tmp_path / "out")],
         cwd=project,
         env=env,
         capture_output=True,

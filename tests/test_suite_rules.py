@@ -1,6 +1,7 @@
 """Rules that keep the bakes' suites and the template's own tests from flaking on a loaded machine, read from their
 source: a test waits on what a run announces, never for a length of time, and a test that starts several processes
-of one run says so, so that only one such test at a time takes the cores (the bake's tests/machine_sharing.py)."""
+of one run says so, so that only one such test at a time takes the cores (the engine's testing/machine_sharing.py).
+The engine's suite and its test helpers are held to the same rules as the bakes' suites."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import bake
+from conftest import ENGINE, bake
 
 HERE = Path(__file__).parent
 # Each fixed pause the suites may hold, by file and the line's code, with why a pause is right there
 ALLOWED_SLEEPS = {
-    ("tests/conftest.py", "time.sleep(every)"): "wait_until's poll of a state a run makes, with a deadline",
-    ("tests/engine/test_stops.py", "time.sleep(0.02)"): "the pace of a user pressing Ctrl-C again and again",
-    ("tests/engine/ranks.py", "time.sleep(3600)"): "a rank paused at a step until the test kills its group",
+    ("src/lightning_gpu_engine/testing/processes.py", "time.sleep(every)"): "wait_until's poll of a state a run makes",
+    ("tests/test_stops.py", "time.sleep(0.02)"): "the pace of a user pressing Ctrl-C again and again",
+    (
+        "src/lightning_gpu_engine/testing/ranks.py",
+        "time.sleep(3600)",
+    ): "a rank paused at a step until the test kills it",
     ("tests/image_classification/pause_ranks.py", "time.sleep(3600)"): "a rank paused until the test kills its group",
 }
 SLEEP = re.compile(r"\bsleep\(")
@@ -26,9 +30,11 @@ MULTIPROCESS = re.compile(r"--devices=2|--nproc-per-node|torch\.distributed\.run
 
 @pytest.fixture(scope="module")
 def suites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
-    """Each task's bake's test files by path, and the template's own as `template`."""
+    """Each task's bake's test files by path, the engine's suite and its test helpers as `engine`, and the template's
+    own as `template`."""
     own = {f"template/{p.name}": p.read_text() for p in sorted(HERE.glob("*.py")) if p.name != Path(__file__).name}
-    found = {"template": own}
+    helpers = [*(ENGINE / "tests").rglob("*.py"), *(ENGINE / "src" / "lightning_gpu_engine" / "testing").glob("*.py")]
+    found = {"template": own, "engine": {str(p.relative_to(ENGINE)): p.read_text() for p in sorted(helpers)}}
     for task in ("image-classification", "language-model"):
         project = bake(tmp_path_factory.mktemp(task), task=task)
         found[task] = {str(p.relative_to(project)): p.read_text() for p in sorted((project / "tests").rglob("*.py"))}
@@ -51,7 +57,7 @@ def test_every_test_that_starts_several_processes_of_a_run_is_marked_multiproces
     suites: dict[str, dict[str, str]],
 ) -> None:
     unmarked = []
-    for task in ("image-classification", "language-model"):
+    for task in ("image-classification", "language-model", "engine"):
         for path, text in suites[task].items():
             tree = ast.parse(text)
             module_marks = " ".join(
