@@ -28,7 +28,8 @@ def template_root() -> Path:
         where = Path(os.readlink(f"/proc/{parent}/cwd"))  # Linux
     except OSError:
         try:  # macOS and the BSDs: lsof names the working folder of a process
-            found = subprocess.run(["lsof", "-a", "-p", str(parent), "-d", "cwd", "-Fn"], capture_output=True, text=True)
+            command = ["lsof", "-a", "-p", str(parent), "-d", "cwd", "-Fn"]
+            found = subprocess.run(command, capture_output=True, text=True, check=False)
             where = Path(next(line[1:] for line in found.stdout.splitlines() if line.startswith("n")))
         except (OSError, StopIteration):
             stop("cannot find the template's folder from this process (it needs Linux's /proc or lsof)")
@@ -50,11 +51,9 @@ for bot, config in BOT_CONFIGS.items():
     if bot != "{{ cookiecutter.dependency_bot }}":
         config.unlink()
 
-if sys.version_info < (3, 11):  # the engine's build reads its pyproject.toml with tomllib
-    stop(f"baking needs Python 3.11 or newer to build the engine's wheel; this is {sys.version.split()[0]}")
 ENGINE = template_root() / "engine"
 sys.path.insert(0, str(ENGINE / "_build"))
-import wheel_backend  # noqa: E402  # the engine's own build backend, the one pip and uv call
+import wheel_backend  # the engine's own build backend, the one pip and uv call
 
 VERSION = wheel_backend.project(ENGINE)["version"]
 readme = Path("README.md")
