@@ -34,6 +34,9 @@ def test_a_fresh_bake_installs_with_uv_sync_and_trains(tmp_path: Path) -> None:
     trained = run(*UV, "run", "--locked", *args, cwd=project, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert list((tmp_path / "run").rglob("*.ckpt")), trained.stdout[-2000:]
+    code = "import importlib.metadata as m; print(m.distribution('lightning-gpu-engine').read_text('direct_url.json'))"
+    engine = run(*UV, "run", "--locked", "python", "-c", code, cwd=project)
+    assert engine.returncode == 0 and "/wheels/lightning_gpu_engine-" in engine.stdout, engine.stdout + engine.stderr
 
 
 def probe(folder: Path, uv_table: str, cutoff: str | None) -> Version:
