@@ -1,6 +1,6 @@
 """--checkpoint-format sharded and --async-save through my_task.py's command line: a stop to the process group and a
 kill -9 during a background write both resume to the weights of an uninterrupted run, a checkpoint's name is never
-on a half-written folder, and nan weights are never saved. Two DDP ranks: tests/engine/test_distributed.py; FSDP2:
+on a half-written folder, and nan weights are never saved. Two DDP ranks: tests/test_distributed.py; FSDP2:
 tests/language_model/test_language_model.py."""
 
 from __future__ import annotations

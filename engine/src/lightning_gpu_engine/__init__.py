@@ -1,5 +1,6 @@
-"""The task-agnostic engine, and its one front door: every name a task, `bench/`, `sweep/` or a root script may use
-is listed here, and nothing outside `engine/` imports one of its modules (tests/engine/test_front_door.py checks it).
+"""The task-agnostic engine, and its front door: every name a task or a project's scripts may use is listed here (a
+project's bench.py and sweep.py also use `bench`'s and `sweep`'s), and nothing outside imports one of its modules (a
+project's tests/test_engine_use.py checks it).
 
 Start at `run.main` (the order of a run), then `Task` (what a task gives the engine), `EngineModule` and the loaders
 (what a task's LightningModule and DataModule build on), and `testing.TaskConformance` (the proof that a task keeps

@@ -1,4 +1,4 @@
-"""`Task`: what the engine needs from a task to train it, and nothing else; the README's "Bring your own task" has one.
+"""`Task`: what the engine needs from a task to train it, and nothing else; the guide's bring-your-own-task.md has one.
 
 The engine parses the task's options beside its own, resolves the hardware, builds the task's DataModule and
 LightningModule, and runs them with every feature it has: precision, compile, DDP/FSDP, SLURM requeue, checkpoints that

@@ -3,7 +3,7 @@ author runs it (`python my_task.py`), with no copy of either script.
 
 MODULE is a module name importable from the current directory (`my_task`), a dotted path (`team.tasks.ranker`), or
 the path of a .py file (`tasks/my_task.py`); its `TASK` attribute is the `Task`. Importing it runs none of its training:
-the README's task file trains only under `if __name__ == "__main__":`.
+the guide's task file trains only under `if __name__ == "__main__":`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _from_file(spec: str) -> TaskModule:
 def _task_of(module: object, spec: str) -> Task:
     task = getattr(module, "TASK", None)
     if task is None:
-        fail(f"--task: {spec} has no TASK; define TASK = Task(...) in it, as in the README's Bring your own task")
+        fail(f"--task: {spec} has no TASK; define TASK = Task(...) in it, as the guide's bring-your-own-task.md does")
     if not isinstance(task, Task):
         fail(f"--task: {spec}'s TASK is a {type(task).__name__}, not a Task")
     return task

@@ -3,8 +3,8 @@
 Every checkpoint records the options of the run that wrote it (`RunRecord`). On `--resume`, `check_changes` compares
 them with this run's before anything starts: a change that would make the checkpoint mean something else is refused in
 one line; one that can be honoured is said in one line and applied to the checkpoint as Lightning loads it, since the
-optimizer and scheduler states it restores would otherwise bring back the old values. The README's resume section
-lists the same decisions; tests/engine/test_resume_changes.py checks that every option of Config is in one group.
+optimizer and scheduler states it restores would otherwise bring back the old values. The guide's reliability.md
+lists the same decisions; the engine's tests/test_resume_changes.py checks that every option of Config is in one group.
 """
 
 from __future__ import annotations
