@@ -19,15 +19,19 @@ DOORS = ("lightning_gpu_engine", "lightning_gpu_engine.bench", "lightning_gpu_en
 
 
 def side_doors(root: Path) -> list[str]:
-    """Each import of the engine by src/, the root scripts and scripts/ that is not a name of one of its DOORS."""
-    listed = {door: set(importlib.import_module(door).__all__) for door in DOORS}
+    """Each import of the engine by src/, the root scripts and scripts/ that is not a name of one of its DOORS (the
+    engine's own files left out, where `python -m lightning_gpu_engine eject` put them under src/)."""
+    engine, listed = DOORS[0], {door: set(importlib.import_module(door).__all__) for door in DOORS}
+    inside = Path(importlib.import_module(engine).__file__ or "").resolve().parent
     found = []
     for path in sorted([*(root / "src").rglob("*.py"), *root.glob("*.py"), *(root / "scripts").glob("*.py")]):
+        if inside in path.resolve().parents:
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                modules = [a.name for a in node.names if a.name.startswith("lightning_gpu_engine.")]
+                modules = [a.name for a in node.names if a.name.startswith(f"{engine}.")]
                 found += [f"{path.relative_to(root)} imports {module}" for module in modules]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning_gpu_engine":
+            elif isinstance(node, ast.ImportFrom) and f"{node.module}.".startswith(f"{engine}."):
                 door = listed.get(node.module or "", set())
                 names = [a.name for a in node.names if a.name != "*" and a.name not in door]
                 found += [f"{path.relative_to(root)} imports {node.module}.{name}" for name in names]
