@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import resource
 import signal
-import site
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,15 +13,16 @@ from pathlib import Path
 
 import pytest
 from cookiecutter.main import cookiecutter
+from engine_install import ENGINE, engine_python, pip, venv
 from isolation import namespaces_allowed, worker_ports
 from landing import changed_files, guarded, touched
 
 TEMPLATE = Path(__file__).resolve().parents[1]
+__all__ = ["ENGINE", "engine_python", "pip", "venv"]  # the engine's install, for the tests (engine_install.py)
 CHOICES: dict[str, list[str]] = {
     k: v for k, v in json.loads((TEMPLATE / "cookiecutter.json").read_text()).items() if isinstance(v, list)
 }
 BIN = Path(sys.executable).parent  # ruff, mypy, cruft: installed beside this interpreter
-ENGINE = TEMPLATE / "engine"  # the engine's distribution, lightning-gpu-engine: its sources, build backend and suite
 
 
 # What a landing's tests may take, and how each minute-scale test is held to its share (tests/test_budget.py sums them)
@@ -249,35 +248,3 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One mypy cache for every bake and xdist worker: torch and lightning are analysed once per Python version."""
     base = tmp_path_factory.getbasetemp()
     return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "mypy-cache"
-
-
-def venv(where: Path) -> Path:
-    """A fresh virtual environment at `where` that sees this one's packages (torch, lightning, hatchling...) through a
-    .pth file, so nothing is downloaded; its own site-packages hold only what is installed into it. Its python."""
-    assert run(sys.executable, "-m", "venv", "--without-pip", where, cwd=where.parent).returncode == 0
-    (next(where.glob("lib/python*/site-packages")) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return where / "bin" / "python"
-
-
-def pip(python: Path, *args: str | Path, cwd: Path) -> str:
-    """`pip ARGS` in that environment, offline: no index, and the build backends already installed here."""
-    done = run(python, "-m", "pip", *args, cwd=cwd, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
-
-
-@pytest.fixture(scope="session")
-def engine_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of an environment with the engine installed from its wheel, as a bake gets it, built once per run
-    (xdist workers wait for the one that builds it): what the bakes' suites, mypy and the engine's suite run under."""
-    sys.path.insert(0, str(ENGINE / "_build"))
-    import wheel_backend  # the engine's build backend: what pip, uv and the post-gen hook call
-
-    root = session_folder(tmp_path_factory)
-    python = root / "engine-venv" / "bin" / "python"
-    with open(root / "engine-venv.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not python.exists():
-            wheel = wheel_backend.build(ENGINE, root / "engine-wheel")
-            pip(venv(root / "engine-venv"), "install", "-q", "--no-deps", "--no-index", wheel, cwd=root)
-    return python
