@@ -17,8 +17,18 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning_gpu_engine import HALF, Config, Hardware, build_trainer, parse_betas
-from lightning_gpu_engine.bench import Clock, Setting, Spec, Timing, prepare, time_fit
-from lightning_gpu_engine.bench import TIMED_BATCHES, Row, samples_per_second, worker_counts
+from lightning_gpu_engine.bench import (
+    TIMED_BATCHES,
+    Clock,
+    Row,
+    Setting,
+    Spec,
+    Timing,
+    prepare,
+    samples_per_second,
+    time_fit,
+    worker_counts,
+)
 from torch.utils.data import DataLoader
 
 from .config import ImageOptions

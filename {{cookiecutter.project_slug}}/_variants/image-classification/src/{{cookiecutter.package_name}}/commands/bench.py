@@ -31,17 +31,15 @@ from lightning_gpu_engine import (
     resolve_hardware,
     set_up_warnings,
 )
-from lightning_gpu_engine.bench import any_task
 from lightning_gpu_engine.bench import (
     Setting,
     Timing,
+    any_task,
+    check_json,
+    device_name,
     interleaved_rounds,
     peak_flops,
     quiet_trainers,
-)
-from lightning_gpu_engine.bench import (
-    check_json,
-    device_name,
     repeat_lines,
     table,
     write_json,

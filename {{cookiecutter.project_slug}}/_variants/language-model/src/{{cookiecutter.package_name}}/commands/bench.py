@@ -28,13 +28,16 @@ from lightning_gpu_engine import (
     fail,
     set_up_warnings,
 )
-from lightning_gpu_engine.bench import any_task
 from lightning_gpu_engine.bench import (
+    any_task,
+    check_json,
     interleaved_rounds,
     peak_flops,
     quiet_trainers,
+    ratio_line,
+    spread,
+    write_json,
 )
-from lightning_gpu_engine.bench import check_json, ratio_line, spread, write_json
 
 from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
     LMSetting,
