@@ -37,7 +37,7 @@ IMPORTED |= {"prepare_data", "streaming_runs", "compile_cache_startup", "checkpo
 IMPORTED |= {"machine_sharing", "reference_runs"}  # the suites' helpers for the machine they share, and references
 # tests/ and its folders are packages (`tests.engine`, ...); the engine's tests run the README's task as my_task.py
 IMPORTED |= {"tests", "__init__", "ranks", "my_task", "plain_loader", "prog_bar_loss", "defeated_channels_last"}
-IMPORTED |= {"recompiling", "template_update", "unusable_outputs"}
+IMPORTED |= {"recompiling", "template_update", "unusable_outputs", "uncaptured", "gan", "sequence"}
 if LOGGER in ("wandb", "mlflow"):  # the chosen tracker is a dependency too; the others are not
     DEPENDENCIES.add(LOGGER)
     IMPORTED.add(LOGGER)

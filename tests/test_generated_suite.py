@@ -113,7 +113,12 @@ def sources(project: Path, package: str, task: str) -> dict[str, str]:
     for path in [*paths, *sorted((project / "tests").glob("*.py"))]:  # and the helpers every suite shares
         files[str(path.relative_to(project)).replace(f"src/{package}/", "src/P/")] = path.read_text()
     # the package as code names it (a comment may name the other task's folder, language_model, as a word)
-    return {n: t.replace(f"{package}.engine", "P.engine").replace(f'"{package}"', '"P"') for n, t in files.items()}
+    named = {f"{package}.engine": "P.engine", f"{package}.sweep": "P.sweep", f'"{package}"': '"P"'}
+    for name, text in files.items():
+        for real, plain in named.items():
+            text = text.replace(real, plain)
+        files[name] = text
+    return files
 
 
 def test_every_bake_has_the_same_engine_its_suite_and_the_readme_task(tmp_path: Path) -> None:

@@ -14,7 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, Task, eval_loader, opt, run, train_loader
+from {{ cookiecutter.package_name }}.engine import (
+    ConfigError,
+    Task,
+    eval_loader,
+    opt,
+    run,
+    train_loader,
+)
 
 OWN_ADAMS = "the GAN's two Adams are its own (configure_optimizers)"
 

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, discard, fail, parse_options
+from {{ cookiecutter.package_name }}.engine import (
+    ConfigError,
+    discard,
+    fail,
+    parse_options,
+)
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ExportConfig,
 )

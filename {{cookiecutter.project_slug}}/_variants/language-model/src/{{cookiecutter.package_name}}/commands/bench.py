@@ -29,7 +29,12 @@ from {{ cookiecutter.package_name }}.bench.harness import (
     peak_flops,
     quiet_trainers,
 )
-from {{ cookiecutter.package_name }}.bench.report import check_json, ratio_line, spread, write_json
+from {{ cookiecutter.package_name }}.bench.report import (
+    check_json,
+    ratio_line,
+    spread,
+    write_json,
+)
 from {{ cookiecutter.package_name }}.engine import (
     OneLineParser,
     device_peak,

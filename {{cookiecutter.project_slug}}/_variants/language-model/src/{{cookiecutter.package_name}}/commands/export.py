@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from {{ cookiecutter.package_name }}.engine import ConfigError, PartialFolder, fail, parse_options
+from {{ cookiecutter.package_name }}.engine import (
+    ConfigError,
+    PartialFolder,
+    fail,
+    parse_options,
+)
 from {{ cookiecutter.package_name }}.tasks.language_model.config import ExportOptions
 
 DESCRIPTION = "Export a language model checkpoint of train.py as a Hugging Face GPT-2 folder. Defaults with reasons."
