@@ -70,7 +70,7 @@ def test_a_changed_muon_lr_is_honoured_on_resume_and_a_changed_optimizer_refused
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes((straight / "checkpoints" / "last.ckpt").read_bytes())
     longer = [arg for arg in MUON if not arg.startswith(("--max-epochs", "--muon-lr"))] + ["--max-epochs=3"]
-    switched = run_toy(my_task, *longer, "--muon-lr=0.03", "--optimizer=adamw", f"--output-dir={run}", "--resume=last")
+    switched = run_toy(my_task, *longer, "--optimizer=adamw", f"--output-dir={run}", "--resume=last")
     assert switched.returncode == 2 and "Traceback" not in switched.stderr
     assert (
         switched.stderr.strip().splitlines()[-1].startswith("error: --optimizer: the checkpoint was trained with muon")

@@ -85,7 +85,7 @@ def test_predict_stopped_by_a_signal_to_its_group_exits_128_plus_it_and_writes_n
 def test_predict_killed_outright_leaves_no_partial_file(trained: tuple[Path, Held], tmp_path: Path) -> None:
     """SIGKILL to the group, as `timeout -s KILL` or a scheduler's hard kill sends it: nothing of it can run after."""
     checkpoint, held = trained
-    many = many_images(held, tmp_path / "many", 2000)
+    many = many_images(held, tmp_path / "many", 5000)  # a minute of work: the kill lands long before its end
     output = tmp_path / "predictions.csv"
     args = [f"--checkpoint={checkpoint}", str(many), f"--output={output}", "--batch-size=1", *CPU]
     result = stopped_once_writing("predict.py", args, signal.SIGKILL, said="skipping unreadable image")

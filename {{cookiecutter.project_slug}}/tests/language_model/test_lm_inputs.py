@@ -104,7 +104,7 @@ GENERATE_EARLY = {
     "--checkpoint=TRAINED --prompt=hi --top-k=0": "--top-k: must be a positive integer",
     "--checkpoint=TRAINED --prompt=hi --temperature=0": "--temperature: must be a positive number",
     "--checkpoint=TRAINED --prompt=hi --output=out.csv": "--output: must end in .jsonl",
-    "--checkpoint=TRAINED --prompt=hi --output=FILES/missing/out.jsonl": "--output: the folder of",
+    "--checkpoint=TRAINED --prompt=hi --output=FILES/missing/out.jsonl": "--output: the folder FILES/missing does not",
 }
 GENERATE_LATE = {
     "--checkpoint=FILES/classifier.ckpt --prompt=hi": "--checkpoint: FILES/classifier.ckpt is not a language model's",

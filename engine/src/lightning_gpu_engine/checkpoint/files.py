@@ -34,12 +34,13 @@ def partial_path(final: Path, suffix: str = "") -> Path:
     return final.with_name(f".{final.name}.partial{suffix}")
 
 
-def open_partial(final: Path, suffix: str = "", watched: bool = False) -> IO[str]:
+def open_partial(final: Path, suffix: str = "", watched: bool = False, wait: bool = False) -> IO[str]:
     """The partial file of `final`, truncated and locked, opened for text; raises OSError where it cannot be.
-    `watched`: removed if this process is killed before it publishes or discards the file."""
+    `watched`: removed if this process is killed before it publishes or discards the file. `wait`: another writer
+    of it is a partner (a sweep's workers each write its report), waited for rather than refused."""
     handle = open(partial_path(final, suffix), "a+", newline="")  # noqa: SIM115 - closed by publish or discard
     try:
-        _lock(handle.fileno(), final)
+        _lock(handle.fileno(), final, wait)
     except OutputBusyError:
         handle.close()
         raise
@@ -49,9 +50,9 @@ def open_partial(final: Path, suffix: str = "", watched: bool = False) -> IO[str
     return handle
 
 
-def _lock(fd: int, final: Path) -> None:
+def _lock(fd: int, final: Path, wait: bool = False) -> None:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise OutputBusyError(f"another process is writing {final}") from None
     except OSError:  # a filesystem without locks (some NFS, Lustre): writing still works, unguarded
@@ -78,20 +79,20 @@ def check_place(final: Path, option: str, folder: bool = False) -> Path:
     return final
 
 
-def open_output(final: str | Path, option: str, suffix: str = "", watched: bool = True) -> IO[str]:
+def open_output(final: str | Path, option: str, suffix: str = "", watched: bool = True, wait: bool = False) -> IO[str]:
     """The partial file of the output `final`, checked (`check_place`) and opened before any work; ConfigError for
     --`option` where it cannot be. `commit(handle, final)` once it is written; `discard(handle)` otherwise."""
     place = check_place(Path(final), option)
     try:
-        return open_partial(place, suffix, watched)
+        return open_partial(place, suffix, watched, wait)
     except OSError as err:
         raise _refused(option, place, err) from None
 
 
-def check_output(final: str | Path, option: str) -> None:
+def check_output(final: str | Path, option: str, wait: bool = False) -> None:
     """The output `final` can be written (as `open_output` checks it) by a writer that writes it later, or often:
     bench.py's rows, a sweep's report. ConfigError for --`option` otherwise."""
-    discard(open_output(final, option, watched=False))
+    discard(open_output(final, option, watched=False, wait=wait))
 
 
 class PartialFolder:
@@ -175,10 +176,13 @@ def _remove_when_abandoned(partial: Path) -> None:
 _watching: list[tuple[subprocess.Popen[bytes], int]] = []  # for the process's life: the watchers, their pipes' ends
 
 
-def write_text(final: Path, text: str, option: str | None = None) -> None:
+def write_text(final: Path, text: str, option: str | None = None, wait: bool = False) -> None:
     """`text` as the whole of `final`: a kill at any moment leaves the previous content whole. `option`: a place that
     cannot take it is ConfigError for that flag, not OSError."""
-    handle = open_output(final, option, watched=False) if option is not None else open_partial(final)
+    if option is not None:
+        handle = open_output(final, option, watched=False, wait=wait)
+    else:
+        handle = open_partial(final, wait=wait)
     try:
         handle.write(text)
         commit(handle, final)

@@ -26,7 +26,7 @@ def report(study: optuna.Study, sweep_dir: Path, metric: str, option: str = "out
     """Print the table, write report.txt and the plots; the plots that could be drawn. `option`: the flag that
     named `sweep_dir`, which a folder that cannot take them is blamed on."""
     try:  # before the table is printed: one line, not a traceback after it
-        check_output(sweep_dir / "report.txt", option)
+        check_output(sweep_dir / "report.txt", option, wait=True)
     except ConfigError as err:
         fail(str(err))
     trials = counted(study.get_trials(deepcopy=False))  # a trial stopped and continued shows once, as it ended
@@ -51,7 +51,7 @@ def report(study: optuna.Study, sweep_dir: Path, metric: str, option: str = "out
     lines += [f"trial {t.number} failed: {t.user_attrs['error']}" for t in failed]
     text = "\n".join(lines)
     print(text, flush=True)
-    write_text(sweep_dir / "report.txt", text + "\n")
+    write_text(sweep_dir / "report.txt", text + "\n", wait=True)
     return plot(study, sweep_dir / "plots")
 
 
@@ -74,7 +74,8 @@ def plot(study: optuna.Study, folder: Path) -> list[Path]:
                 continue
         figure = (axes[0] if hasattr(axes, "__len__") else axes).figure
         figure.set_size_inches(9, 6)
-        partial = open_output(folder / name, "output_dir", watched=False)  # a plot whole or not at all, as every output
+        # a plot whole or not at all, as every output; the sweep's other workers write it too, each in turn
+        partial = open_output(folder / name, "output_dir", watched=False, wait=True)
         figure.savefig(partial.name, format="png", dpi=100, bbox_inches="tight")
         partial.close()
         publish(Path(partial.name), folder / name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_gpu_engine import ConfigError, fail, parse_options
+from lightning_gpu_engine import ConfigError, check_place, fail, parse_options
 
 from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
 from {{ cookiecutter.package_name }}.tasks.language_model.inputs import (
@@ -23,8 +23,8 @@ DESCRIPTION = "Generate text with a checkpoint of train.py or GPT-2 weights. Eve
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)
     try:  # what the names tell, before seconds of imports
-        if opts.output is not None and not Path(opts.output).resolve().parent.is_dir():
-            raise ConfigError("output", f"the folder of {opts.output} does not exist")
+        if opts.output is not None:
+            check_place(Path(opts.output), "output")
         if opts.checkpoint is not None:
             checkpoint_file(opts.checkpoint)
         else:
