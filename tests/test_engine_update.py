@@ -17,7 +17,7 @@ from test_cruft import GIT_ENV, commit_all, git
 from test_engine_package import WHEEL
 
 # The last template commit whose bakes carried the engine in src/<package>/engine/
-BEFORE = "06a8048"
+BEFORE = "04a621e"
 TINY = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto", "--num-workers=0", "--logger=csv"]
 TINY += ["--batch-size=8", "--samples=32", "--max-steps=2"]
 
