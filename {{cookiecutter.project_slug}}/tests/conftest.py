@@ -87,7 +87,9 @@ def run_script(
     new_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`python SCRIPT ARGS` in a fresh process, as a user would run it. SCRIPT is relative to the root, or absolute."""
-    return processes.run_script(ROOT / script, *args, root=ROOT, timeout=timeout, cwd=cwd, env=env, new_session=new_session)
+    return processes.run_script(
+        ROOT / script, *args, root=ROOT, timeout=timeout, cwd=cwd, env=env, new_session=new_session
+    )
 
 
 def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
+from conftest import TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
 from lightning_gpu_engine.testing import ranks
 from lightning_gpu_engine.testing.script_runs import validations
 
 BUCKET = "streaming-tests"  # S3 bucket names have at least 3 characters
-# a task trained as train.py does, every rank's results dumped: the engine's script, run as a file as Lightning reruns it
+# a task trained as train.py does, every rank's results dumped: the engine's script, a file as Lightning reruns it
 RANKS = str(Path(ranks.__file__))
 TASK = "from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK\n"
 LAYOUTS = {

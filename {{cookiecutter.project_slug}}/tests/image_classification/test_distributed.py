@@ -1,5 +1,5 @@
 """The image task scaled out: FSDP's units are its residual blocks, and under DDP each rank's share of the epoch's
-training accuracy survives a kill (the engine's DDP, torchrun and SLURM are lightning-gpu-engine's tests/test_distributed.py's)."""
+training accuracy survives a kill (the engine's DDP, torchrun and SLURM are its own tests/test_distributed.py's)."""
 
 from __future__ import annotations
 
