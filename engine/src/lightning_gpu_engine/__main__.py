@@ -30,6 +30,12 @@ def project_package(project: Path) -> str:
     return packages[0]
 
 
+def listed(pyproject: str, requirement: str) -> bool:
+    """Whether the project already depends on the requirement's package (at whatever version it asks)."""
+    name = re.split(r"[\s<>=!~\[;@]", requirement, maxsplit=1)[0]
+    return re.search(rf'(?m)^\s*"{re.escape(name)}[\s<>=!~\[;@"]', pyproject) is not None
+
+
 def without_engine(pyproject: str, needs: list[str]) -> str:
     """pyproject.toml with the engine's requirement, its comment and its uv source gone, and the engine's own needs
     added, so that the project installs what the ejected code imports."""
@@ -67,8 +73,9 @@ def eject(args: argparse.Namespace) -> int:
             if "lightning_gpu_engine" in text:
                 path.write_text(text.replace("lightning_gpu_engine", f"{package}.engine"))
                 rewritten += 1
-    needs = [r for r in metadata.requires(DIST) or [] if "extra ==" not in r]
-    pyproject.write_text(without_engine(pyproject.read_text(), needs))
+    text = pyproject.read_text()
+    needs = [r for r in metadata.requires(DIST) or [] if "extra ==" not in r and not listed(text, r)]
+    pyproject.write_text(without_engine(text, needs))
     for wheel in (project / "wheels").glob("lightning_gpu_engine-*.whl"):
         wheel.unlink()
     print(
