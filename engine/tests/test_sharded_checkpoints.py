@@ -96,6 +96,7 @@ def test_kill_9_during_a_background_write_leaves_the_previous_checkpoint_and_res
     runs.append(run)
     run.wait_for("epoch 1/1  batch 1/")
     writing = wait_until(lambda: in_flight(out / "checkpoints"), run.process, "a save seen in flight", every=0.002)
+    assert writing is not None  # wait_until returns the first true value
     run.kill()  # SIGKILL to the whole group, writer thread and all, mid-write
     assert run.process.wait() == -signal.SIGKILL
     last = out / "checkpoints" / "last.ckpt"
