@@ -7,8 +7,9 @@ from types import ModuleType
 
 import pytest
 
-from lightning_gpu_engine import hardware, parse_run
+from lightning_gpu_engine import parse_run
 from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.perf import hardware
 
 CPU = ["--accelerator=cpu", "--precision=32-true", "--strategy=auto"]  # pinned: a bake may default to fsdp or fp16
 

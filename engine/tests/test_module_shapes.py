@@ -196,7 +196,8 @@ def test_compile_compiles_the_networks_a_task_names_and_says_so_where_it_compile
 
 
 def test_a_tasks_ddp_declarations_reach_the_strategy() -> None:
-    from lightning_gpu_engine import Config, hardware
+    from lightning_gpu_engine import Config
+    from lightning_gpu_engine.perf import hardware
 
     cfg = Config(accelerator="cpu", precision="32-true", strategy="ddp", devices="2")
     hw = hardware.resolve(cfg)
