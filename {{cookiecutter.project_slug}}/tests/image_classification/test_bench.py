@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_until
-from lightning_gpu_engine.bench import compare, ratio_line
+from lightning_gpu_engine.bench.report import compare, ratio_line
 
 import bench
 import train
