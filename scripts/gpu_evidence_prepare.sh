@@ -74,7 +74,9 @@ for entry in "${BAKES[@]}"; do
     "$PYTHON" -m cookiecutter --no-input -o "$work/.bake-$bake" "$TEMPLATE" "task=$task" >/dev/null || exit 1
     mv "$work/.bake-$bake"/* "$work/$bake" && rmdir "$work/.bake-$bake" || exit 1
     echo "baked $bake (task=$task); collecting its GPU tests"
-    (cd "$work/$bake" && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="src:." "$PYTHON" -m pytest --collect-only -q -m gpu \
+    # the engine from the bake's own wheel (a pure-Python wheel imports from its zip), as the device installs it
+    engine_wheel="$(ls "$work/$bake"/wheels/lightning_gpu_engine-*.whl)"
+    (cd "$work/$bake" && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="src:.:$engine_wheel" "$PYTHON" -m pytest --collect-only -q -m gpu \
         -p no:cacheprovider >"$work/.collected-$bake" 2>&1) &
     pids+=($!)
 done

@@ -42,7 +42,7 @@ def test_cruft_update_brings_a_template_change_and_keeps_the_users_edit(
     template.mkdir()
     shutil.copy(TEMPLATE / "cookiecutter.json", template)
     ignore = shutil.ignore_patterns("__pycache__", ".*_cache", "outputs")
-    for folder in ("hooks", "{{cookiecutter.project_slug}}"):
+    for folder in ("hooks", "engine", "{{cookiecutter.project_slug}}"):  # engine/: the wheel the post-gen hook builds
         shutil.copytree(TEMPLATE / folder, template / folder, ignore=ignore)
     git(template, "init", "-q")
     commit_all(template, "template v1")

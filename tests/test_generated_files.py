@@ -52,7 +52,13 @@ def test_every_dependency_bound_has_its_reason_and_lightning_is_past_its_checkpo
     lines = (project / "pyproject.toml").read_text().splitlines()
     meta = tomllib.loads("\n".join(lines))["project"]
     requirements = [*meta["dependencies"], *meta["optional-dependencies"]["export"]]
+    engine = [r for r in requirements if r.startswith("lightning-gpu-engine")]
+    assert len(engine) == 1 and re.search(r" @ \{root:uri\}/wheels/\S+\.whl#sha256=[0-9a-f]{64}$", engine[0]), (
+        "the engine: the bundled wheel, by a direct reference checked by its hash (no index can stand in for it)"
+    )
     for requirement in requirements:
+        if requirement in engine:
+            continue
         (index,) = [i for i, line in enumerate(lines) if line.strip() == f'"{requirement}",']
         start = index
         while lines[start - 1].strip().startswith("#"):  # the comment block right above the requirement

@@ -88,7 +88,7 @@ def test_the_update_script_brings_template_commits_keeps_the_teams_changes_and_n
     template = tmp_path / "template"
     template.mkdir()
     shutil.copy(TEMPLATE / "cookiecutter.json", template)
-    for folder in ("hooks", "{{cookiecutter.project_slug}}"):
+    for folder in ("hooks", "engine", "{{cookiecutter.project_slug}}"):  # engine/: the wheel the post-gen hook builds
         shutil.copytree(TEMPLATE / folder, template / folder, ignore=shutil.ignore_patterns("__pycache__", ".*_cache"))
     git(template, "init", "-q")
     commit_all(template, "template A")
