@@ -26,6 +26,12 @@ ALLOWED_SLEEPS = {
 SLEEP = re.compile(r"\bsleep\(")
 # What in a test's code starts several processes of one run
 MULTIPROCESS = re.compile(r"--devices=2|--nproc-per-node|torch\.distributed\.run|\"NODE_RANK\": ")
+# Tests that name several devices yet start no process: each with why
+IN_PROCESS = {
+    "tests/test_sharded_checkpoints.py::test_sharded_under_a_tasks_own_lightning_strategy_is_refused_in_one_line": (
+        "refused in pytest's own process through main, before a trainer or a second rank exists"
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,4 +75,5 @@ def test_every_test_that_starts_several_processes_of_a_run_is_marked_multiproces
                 marks = " ".join(ast.get_source_segment(text, d) or "" for d in test.decorator_list) + module_marks
                 if MULTIPROCESS.search(ast.get_source_segment(text, test) or "") and "multiprocess" not in marks:
                     unmarked.append(f"{path}::{test.name}")
-    assert unmarked == [], "mark each @pytest.mark.multiprocess (or its parameter that starts them)"
+    assert sorted(set(unmarked) - set(IN_PROCESS)) == [], "mark each @pytest.mark.multiprocess (or its parameter)"
+    assert sorted(set(IN_PROCESS) - set(unmarked)) == [], "an in-process exception is gone: take it off the list"

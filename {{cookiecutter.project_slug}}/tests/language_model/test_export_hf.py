@@ -7,12 +7,11 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, Launch, run_script, run_train, wait
+from conftest import ROOT, Launch, run_script, run_train, wait, wait_until
 
 from {{ cookiecutter.package_name }}.tasks.language_model.sampling import (
     load_checkpoint,
@@ -117,16 +116,12 @@ def test_an_export_killed_outright_leaves_nothing_and_the_next_writes_files_ever
     serving container running as another user reads the weights too (safetensors writes them 0600)."""
     folder = tmp_path / "exported"
     export = launch([sys.executable, str(ROOT / "export.py"), f"--checkpoint={trained['bytes']}", f"--output={folder}"])
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".exported.partial*")) and export.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
+    wait_until(lambda: list(tmp_path.glob(".exported.partial*")), export, "the export's partial folder", every=0.002)
     os.killpg(export.pid, signal.SIGKILL)
     said = wait(export)
     assert export.returncode == -signal.SIGKILL, said[-3000:]
-    deadline = time.monotonic() + 10
-    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert list(tmp_path.iterdir()) == [], "no partial folder left"
+    # the partial folder's watcher, a process of its own, removes it once it sees its writer gone
+    wait_until(lambda: list(tmp_path.iterdir()) == [], None, "no partial folder left")
 
     result = run_script("export.py", f"--checkpoint={trained['bytes']}", f"--output={folder}")
     assert result.returncode == 0, result.stderr[-3000:]
