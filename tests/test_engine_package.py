@@ -11,6 +11,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import ENGINE, bake, pip, run, venv
 
 sys.path.insert(0, str(ENGINE / "_build"))
@@ -101,7 +102,11 @@ def test_an_index_bake_resolves_the_engine_from_a_local_folder_index(tmp_path: P
     assert version == VERSION and location.startswith(str(tmp_path / "venv"))
 
 
-def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_package(tmp_path: Path) -> None:
+# guarded (.ci/guarded.toml): the image task's conformance suite, run on the ejected project. Not measured yet: an estimate
+@pytest.mark.minutes(3)
+def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_package(
+    tmp_path: Path, time_limit: float
+) -> None:
     project = bake(tmp_path / "bake")
     python = venv(tmp_path / "venv")
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
@@ -131,7 +136,7 @@ def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_
         "tests/image_classification/test_conformance.py",
         "tests/image_classification/test_config.py",
         cwd=project,
-        timeout=1800,
+        timeout=time_limit,
         env={"PYTHONPATH": ""},
     )
     assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]

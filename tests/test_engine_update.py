@@ -49,6 +49,8 @@ def readme_task(project: Path) -> str:
     return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
 
 
+# guarded (.ci/guarded.toml): two bakes, a cruft update, an install and a tiny run each. Not measured yet: an estimate
+@pytest.mark.minutes(1.5)
 @pytest.mark.parametrize(
     ("task", "slug"), [("image-classification", "image-classifier"), ("language-model", "language-model")]
 )
