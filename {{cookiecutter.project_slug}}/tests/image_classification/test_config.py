@@ -8,6 +8,7 @@ from conftest import run_train
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
 
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ExportConfig,
     ImageOptions,
@@ -17,7 +18,7 @@ from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
 
 def test_channels_last_defaults_to_the_answer_given_when_the_project_was_generated() -> None:
     # yes: unset, which is on with CUDA and off on CPUs; no: off everywhere
-    assert Config().channels_last is {{ "None" if cookiecutter.channels_last == "yes" else "False" }}
+    assert Config(**TASK.default_values).channels_last is {{ "None" if cookiecutter.channels_last == "yes" else "False" }}
 
 
 def test_a_bad_image_option_names_its_flag() -> None:

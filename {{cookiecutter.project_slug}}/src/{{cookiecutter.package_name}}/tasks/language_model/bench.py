@@ -48,20 +48,23 @@ class LMSpec(Spec):
 
     def config(self, setting: LMSetting, output_dir: Path) -> Config:
         """train.py's options for this setting: the task's recipe (GPT-2's AdamW and clipping) included."""
+        # the task's defaults (its recipe and the project's answers), then what this setting measures in their place
         return Config(
-            **TASK.default_values,
-            accelerator=self.device,
-            devices="1",
-            strategy="fsdp" if setting.fsdp_ac else "auto",
-            activation_checkpointing=setting.fsdp_ac,
-            precision=setting.precision,
-            compile=setting.compile,
-            batch_size=self.batch_size,
-            num_workers=0,  # DeviceTokens need none
-            max_epochs=1,
-            max_steps=self.warmup + self.steps,
-            logger="csv",
-            output_dir=str(output_dir),
+            **TASK.default_values
+            | dict(
+                accelerator=self.device,
+                devices="1",
+                strategy="fsdp" if setting.fsdp_ac else "auto",
+                activation_checkpointing=setting.fsdp_ac,
+                precision=setting.precision,
+                compile=setting.compile,
+                batch_size=self.batch_size,
+                num_workers=0,  # DeviceTokens need none
+                max_epochs=1,
+                max_steps=self.warmup + self.steps,
+                logger="csv",
+                output_dir=str(output_dir),
+            )
         )
 
     def network(self, setting: LMSetting) -> GPT:
