@@ -249,5 +249,4 @@ def private_cookiecutter_config(tmp_path_factory: pytest.TempPathFactory) -> Ite
 @pytest.fixture(scope="session")
 def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One mypy cache for every bake and xdist worker: torch and lightning are analysed once per Python version."""
-    base = tmp_path_factory.getbasetemp()
-    return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "mypy-cache"
+    return session_folder(tmp_path_factory) / "mypy-cache"
