@@ -222,13 +222,17 @@ def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def suite_isolation(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, str]]:
+def suite_isolation(
+    tmp_path_factory: pytest.TempPathFactory, engine_python: Path
+) -> tuple[list[str], dict[str, str]]:
     """What a bake's suite is run under (tests/isolation.py): the command prefix that gives it a network namespace of
     its own where the machine allows, and the variables that hand it this worker's ports and the run's lock of the
-    cores for its multi-process tests."""
+    cores for its multi-process tests. The engine's environment is the activated one, as a user's would be: the
+    project's shell scripts (scripts/*.sbatch) run `python`."""
     prefix = [sys.executable, str(Path(__file__).with_name("isolation.py"))] if namespaces_allowed() else []
     lock = session_folder(tmp_path_factory) / "multiprocess.lock"
-    return prefix, {"TEST_PORT_RANGE": worker_ports(), "TEST_MULTIPROCESS_LOCK": str(lock)}
+    path = os.pathsep.join([str(engine_python.parent), os.environ["PATH"]])
+    return prefix, {"TEST_PORT_RANGE": worker_ports(), "TEST_MULTIPROCESS_LOCK": str(lock), "PATH": path}
 
 
 @pytest.fixture(scope="session", autouse=True)

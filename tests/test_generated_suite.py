@@ -43,7 +43,7 @@ LM = {"task": "language-model"}
 # streaming 4.38 and 2.88, sweep 3.12, stops 1.79, the fp16 and fp32 bakes 0.17 and 0.16), rounded up by about a tenth
 SUITES = {
     "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 6),
-    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
+    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 3),
     "defaults-sweep": ({}, [], SWEEP, 3.5),
     "defaults-streaming": ({}, [], IMAGE_STREAMING, 4.8),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.5),  # 0.5 for a time limit of 90 s, above its wall time
@@ -55,7 +55,7 @@ SUITES = {
 # its signal and multi-process files are a part of their own. id: (files left out, the only files run, CPU-minutes)
 ENGINE_PROCESSES = ["test_stops.py", "test_distributed.py", "test_multinode.py"]
 ENGINE_PROCESSES += ["test_compile_cache.py", "test_muon.py", "test_sharded_checkpoints.py"]
-ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 16), "engine-processes": ([], ENGINE_PROCESSES, 7.5)}
+ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 16), "engine-processes": ([], ENGINE_PROCESSES, 7)}
 
 
 def checked(names: list[str], folder: Path) -> list[str]:

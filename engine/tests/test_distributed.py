@@ -1,12 +1,12 @@
-"""Scaling out on one CPU machine over gloo, the toy task's ranks: DDP, two "nodes" under torchrun, SLURM requeue.
-FSDP's set-up, which needs a network of blocks, is tests/image_classification/test_distributed.py's."""
+"""Scaling out on one CPU machine over gloo, the toy task's ranks: DDP and two "nodes" under torchrun. FSDP's set-up,
+which needs a network of blocks, and the SLURM requeue, which needs the project's scripts/slurm.sbatch, are the
+project's tests/image_classification/test_distributed.py's."""
 
 from __future__ import annotations
 
 import json
 import os
 import pickle
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.testing import processes, ranks
 from lightning_gpu_engine.testing.machine_sharing import free_port, port_range
-from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause, wait, wait_until
+from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 RANKS = str(Path(ranks.__file__))  # a script: Lightning starts the other ranks by running it again
@@ -142,40 +142,3 @@ def test_two_nodes_under_torchrun_train_as_one_job(
     assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
     hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())
     assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes
-
-
-@SAVING
-def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
-    formats: list[str], launch: Launch, my_task: Path, tiny_args: list[str], tmp_path: Path
-) -> None:
-    """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH, and the toy task as the
-    train.py it starts. The requeue kills the job right after the save: an --async-save one must be on disk by then."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    (stubs / "python").write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {my_task} "$@"\n')  # `python train.py`
-    # srun: run the command in place, telling the test its pid. scontrol: note the request, then end the job the way
-    # SLURM does after a requeue (SIGKILL once the grace time is over).
-    (stubs / "srun").write_text(f'#!/bin/sh\necho $$ > {tmp_path}/train.pid\nexec "$@"\n')
-    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\nkill -KILL $PPID\n')
-    for stub in ("python", "srun", "scontrol"):
-        (stubs / stub).chmod(0o755)
-    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}
-    slurm |= {"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
-    slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
-    # 100 steps an epoch: the signal comes after the first epoch's checkpoint, long before the last step
-    job = ["bash", "scripts/slurm.sbatch", *tiny_args, *formats, "--samples=800", "--max-steps=400", "--max-epochs=100"]
-    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-
-    first = launch(job, env)
-    # after the first epoch's checkpoint the training loop, and Lightning's handlers, are running
-    wait_until(last.exists, first, "the first epoch's checkpoint")
-    os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
-    output = wait(first)
-    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
-    saved = read_checkpoint(tmp_path / "run" / "hpc_ckpt_1.ckpt")
-    assert 100 <= saved["global_step"] < 400
-
-    output = finish(launch(job, env))
-    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
-    assert read_checkpoint(last)["global_step"] == 400

@@ -1,19 +1,23 @@
-"""The image task scaled out: FSDP's units are its residual blocks, and under DDP each rank's share of the epoch's
-training accuracy survives a kill (the engine's DDP, torchrun and SLURM are its own tests/test_distributed.py's)."""
+"""The image task scaled out: FSDP's units are its residual blocks, under DDP each rank's share of the epoch's
+training accuracy survives a kill, and scripts/slurm.sbatch requeues and resumes (the engine's DDP and torchrun are
+its own suite's)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import Launch, finish, kill_at_pause
+from conftest import SAVING, Launch, finish, free_port, kill_at_pause, wait, wait_until
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning_gpu_engine import read_checkpoint
 from lightning_gpu_engine.build.trainer import block_types, build_strategy
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf import hardware
@@ -137,3 +141,41 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     for run in ("uninterrupted", "run"):
         record = [json.loads(line) for line in (tmp_path / run / "validation.jsonl").read_text().splitlines()]
         assert [r["epoch"] for r in record] == [0, 1] and record[-1]["val/acc"] == whole[0]["metrics"]["val/acc"]
+
+
+@SAVING
+def test_slurm_sigusr1_checkpoints_requeues_and_the_next_start_resumes(
+    formats: list[str], launch: Launch, tiny_args: list[str], tmp_path: Path
+) -> None:
+    """scripts/slurm.sbatch run as SLURM would, with `srun` and `scontrol` stubbed on the PATH and `python` as this
+    environment's. The requeue kills the job right after the save: an --async-save one must be on disk by then."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    # srun: run the command in place, telling the test its pid. scontrol: note the request, then end the job the way
+    # SLURM does after a requeue (SIGKILL once the grace time is over).
+    (stubs / "srun").write_text(f'#!/bin/sh\necho $$ > {tmp_path}/train.pid\nexec "$@"\n')
+    (stubs / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol.args\nkill -KILL $PPID\n')
+    for stub in ("python", "srun", "scontrol"):
+        (stubs / stub).chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1"}
+    slurm |= {"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    slurm |= {"SLURM_CPUS_PER_TASK": "1", "SLURM_NODELIST": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**slurm, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+    # 30 steps an epoch: the signal comes after the first epoch's checkpoint, long before the last step
+    steps = ["--train-samples=240", "--max-steps=120", "--max-epochs=100"]
+    job = ["bash", "scripts/slurm.sbatch", *tiny_args, *formats, *steps]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    first = launch(job, env)
+    # after the first epoch's checkpoint the training loop, and Lightning's handlers, are running
+    wait_until(last.exists, first, "the first epoch's checkpoint")
+    os.kill(int((tmp_path / "train.pid").read_text()), signal.SIGUSR1)
+    output = wait(first)
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"], output[-3000:]
+    saved = read_checkpoint(tmp_path / "run" / "hpc_ckpt_1.ckpt")
+    assert 30 <= saved["global_step"] < 120
+
+    output = finish(launch(job, env))
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'run' / 'hpc_ckpt_1.ckpt'}" in output
+    assert read_checkpoint(last)["global_step"] == 120

@@ -87,6 +87,24 @@ class Waiting:
     now = False
 
 
+# Where a worker's batch is handed over: the main process fetches each tensor's file descriptor from the worker over a
+# socket. Raised out of there, the stop leaves the worker's end of it broken, and the worker prints a traceback.
+HANDOVER = (
+    os.path.join("multiprocessing", "resource_sharer.py"),
+    os.path.join("torch", "multiprocessing", "reductions.py"),
+)
+
+
+def handing_over(frame: FrameType | None) -> bool:
+    """Whether the interrupted `frame` is receiving a batch, not waiting for one: the batch is moments away, and the
+    step after it stops as any other does."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(HANDOVER):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def waiting_for() -> Iterator[None]:
     Waiting.now = True

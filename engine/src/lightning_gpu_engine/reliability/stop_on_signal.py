@@ -16,7 +16,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, Waiting
+from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, Waiting, handing_over
 
 
 class StopOnSignal(Callback):
@@ -72,8 +72,9 @@ class StopOnSignal(Callback):
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.signum = self.signum or signum
-        if Waiting.now and self._alone and self._stepped:  # a stalled read from object storage, say: the batch
-            self._stopping = True  # before it ended an optimizer step of this run, and no rank has to agree
+        # a stalled read from object storage, say: the batch before it ended an optimizer step, and no rank has to agree
+        if Waiting.now and self._alone and self._stepped and not handing_over(frame):
+            self._stopping = True
             raise SIGTERMException  # on_exception saves
 
     def on_train_batch_end(
