@@ -3,7 +3,8 @@
 CI's container has no init that reaps: a process orphaned by a killed run (a loader worker, a rank) stays a zombie,
 which tests that count live processes took for alive. Here every orphan of CMD's tree is reparented to this process
 (PR_SET_CHILD_SUBREAPER) and reaped as it exits. When CMD ends, whatever of its tree still runs is named and killed,
-so that nothing outlives CI; the exit status is CMD's. SIGINT and SIGTERM are passed on to CMD.
+so that nothing outlives CI; the exit status is CMD's. SIGINT and SIGTERM are passed on to CMD, which starts with
+the default SIGINT whatever this process was started with.
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def main(cmd: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-    child = subprocess.Popen(cmd)
+    started: list[subprocess.Popen[bytes]] = []
+    # Put in before CMD starts, so that it starts with the default SIGINT, Ctrl-C's, even where CI was started with
+    # it ignored (a shell's background job): pytest and the tests' own runs then take SIGINT as a terminal gives it.
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda number, _frame: child.send_signal(number))
+        signal.signal(signum, lambda number, _frame: [child.send_signal(number) for child in started])
+    child = subprocess.Popen(cmd)
+    started.append(child)
     status = None
     while status is None:
         try:

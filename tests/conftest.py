@@ -26,10 +26,10 @@ BIN = Path(sys.executable).parent  # ruff, mypy, cruft: installed beside this in
 
 
 # What a landing's tests may take, and how each minute-scale test is held to its share (tests/test_budget.py sums them)
-# CPU-minutes of a landing's tests. Issue 40 asks for 40 (20 minutes of 2 cores, about 30 with the install); the
-# landing measured 57 CPU-minutes and 35 minutes of wall time (.ci/run from a clean clone, 2026-11-28), so this holds
-# today's markers, 66.1, from growing until the suites are made cheaper: lower it as they are, never raise it
-BUDGET_MINUTES = 66.1
+# CPU-minutes of a landing's tests. Issue 40 asks for 40 (20 minutes of 2 cores, about 30 with the install); a clean
+# clone's .ci/run measured 63 CPU-minutes and 37 minutes of wall time (2026-11-28, the engine package's landing), so
+# this holds today's markers, 65.3, from growing until the suites are made cheaper: lower it as they are, never raise it
+BUDGET_MINUTES = 65.3
 CPU_SLACK = 1.3  # a test needing more CPU than this times its `minutes` marker fails, saying by how much
 TIME_LIMIT = 3  # times its marker: the wall time after which a minute-scale test's run is killed as hung
 UNMARKED_CPU_MINUTES = 1.0  # a test without a marker that needs more fails: it is minute-scale, give it a marker
@@ -148,6 +148,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
             terminalreporter.write_line(
                 f"{props['cpu_minutes']:6.2f} of minutes({props['marked_minutes']:g})  {nodeid}"
             )
+            for slow in props.get("slowest", []):  # a suite's own slowest tests (test_generated_suite.py)
+                terminalreporter.write_line(f"{'':24}{slow}")
     rest = sum(props["cpu_minutes"] for props, _ in timed if not props["marked_minutes"])
     terminalreporter.write_line(
         f"{rest:6.2f} in the {sum(1 for p, _ in timed if not p['marked_minutes'])} tests without a marker"
@@ -222,9 +224,7 @@ def private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def suite_isolation(
-    tmp_path_factory: pytest.TempPathFactory, engine_python: Path
-) -> tuple[list[str], dict[str, str]]:
+def suite_isolation(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> tuple[list[str], dict[str, str]]:
     """What a bake's suite is run under (tests/isolation.py): the command prefix that gives it a network namespace of
     its own where the machine allows, and the variables that hand it this worker's ports and the run's lock of the
     cores for its multi-process tests. The engine's environment is the activated one, as a user's would be: the

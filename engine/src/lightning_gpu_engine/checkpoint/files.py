@@ -18,11 +18,10 @@ import errno
 import fcntl
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import IO
 
+from lightning_gpu_engine.checkpoint.watcher import remove_when_abandoned
 from lightning_gpu_engine.config.values import ConfigError
 
 
@@ -38,16 +37,29 @@ def open_partial(final: Path, suffix: str = "", watched: bool = False, wait: boo
     """The partial file of `final`, truncated and locked, opened for text; raises OSError where it cannot be.
     `watched`: removed if this process is killed before it publishes or discards the file. `wait`: another writer
     of it is a partner (a sweep's workers each write its report), waited for rather than refused."""
-    handle = open(partial_path(final, suffix), "a+", newline="")  # noqa: SIM115 - closed by publish or discard
-    try:
-        _lock(handle.fileno(), final, wait)
-    except OutputBusyError:
-        handle.close()
-        raise
+    path = partial_path(final, suffix)
+    while True:
+        handle = open(path, "a+", newline="")  # noqa: SIM115 - closed by commit or discard
+        try:
+            _lock(handle.fileno(), final, wait)
+        except OutputBusyError:
+            handle.close()
+            raise
+        if _still_at(handle.fileno(), path):
+            break
+        handle.close()  # the writer waited for published it or removed it meanwhile: the next partial is a new file
     handle.truncate(0)
     if watched:
-        _remove_when_abandoned(Path(handle.name))
+        remove_when_abandoned(Path(handle.name))
     return handle
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _lock(fd: int, final: Path, wait: bool = False) -> None:
@@ -119,7 +131,7 @@ class PartialFolder:
             raise _refused(option, self.final, err) from None
         self.done = False
         if watched:
-            _remove_when_abandoned(self.path)
+            remove_when_abandoned(self.path)
 
     def __enter__(self) -> PartialFolder:
         return self
@@ -138,44 +150,6 @@ class PartialFolder:
         os.close(self.fd)
 
 
-# Waits for the end of its stdin (every holder of the pipe's other end has ended, however), then removes the partial
-# file or folder unless it is gone (published, discarded) or stays locked (another run took it over). The dead
-# writer's lock can outlive the pipe by a moment (the kernel releases a dead process's files in no set order): it is
-# waited for, briefly.
-WATCHER = """import fcntl, os, shutil, stat, sys, time
-sys.stdin.buffer.read()
-try:
-    fd = os.open(sys.argv[1], os.O_RDONLY)
-    for _ in range(50):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            time.sleep(0.1)
-    else:
-        sys.exit()
-    if os.fstat(fd).st_ino == os.lstat(sys.argv[1]).st_ino:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            shutil.rmtree(sys.argv[1])
-        else:
-            os.unlink(sys.argv[1])
-except OSError:
-    pass
-"""
-
-
-def _remove_when_abandoned(partial: Path) -> None:
-    """A watcher in a session of its own, so that what kills this process's group spares it. This process keeps the
-    pipe's write end open until it exits, when the kernel closes it."""
-    read, write = os.pipe()
-    watcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHER, partial], stdin=read, start_new_session=True)
-    os.close(read)
-    _watching.append((watcher, write))
-
-
-_watching: list[tuple[subprocess.Popen[bytes], int]] = []  # for the process's life: the watchers, their pipes' ends
-
-
 def write_text(final: Path, text: str, option: str | None = None, wait: bool = False) -> None:
     """`text` as the whole of `final`: a kill at any moment leaves the previous content whole. `option`: a place that
     cannot take it is ConfigError for that flag, not OSError."""
@@ -192,11 +166,14 @@ def write_text(final: Path, text: str, option: str | None = None, wait: bool = F
 
 
 def commit(handle: IO[str], final: str | Path) -> None:
-    """The partial file `handle` (open_output's, open_partial's), written, as `final`: on disk, then renamed there."""
+    """The partial file `handle` (open_output's, open_partial's), written, as `final`: on disk, then renamed there.
+    Its lock is let go only after the rename: a writer let in before it would truncate what is being published."""
     handle.flush()
     os.fsync(handle.fileno())
-    handle.close()
-    publish(Path(handle.name), Path(final))
+    try:
+        publish(Path(handle.name), Path(final))
+    finally:
+        handle.close()
 
 
 def publish(temp: Path, final: Path) -> None:
@@ -228,8 +205,10 @@ def publish(temp: Path, final: Path) -> None:
 
 
 def discard(handle: IO[str]) -> None:
-    handle.close()
-    Path(handle.name).unlink(missing_ok=True)
+    try:
+        Path(handle.name).unlink(missing_ok=True)  # before the lock goes, as in commit
+    finally:
+        handle.close()
 
 
 def out_of_space(err: BaseException | None) -> bool:

@@ -128,8 +128,10 @@ def write(path: Path, payload: bytes, device: str, graphs: int) -> None:
     except OSError:
         discard(handle)
         raise
-    handle.close()
-    publish(Path(handle.name), path)
+    try:
+        publish(Path(handle.name), path)  # under the lock, as files.commit publishes
+    finally:
+        handle.close()
 
 
 class SaveCompileCache(Callback):
