@@ -106,7 +106,7 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
 SIGNALS_ITSELF = """
 import importlib.util, os, signal, sys
 import lightning as L
-from lightning_gpu_engine import main
+from lightning_gpu_engine import run
 from lightning_gpu_engine.build import trainer as trainer_module
 
 class SignalHere(L.Callback):
@@ -120,7 +120,7 @@ sys.modules["my_task"] = task
 spec.loader.exec_module(task)
 build_callbacks = trainer_module.build_callbacks
 trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SignalHere()]
-main(task.TASK, sys.argv[1:])
+run(task.TASK, sys.argv[1:])
 """
 
 

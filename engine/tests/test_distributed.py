@@ -21,7 +21,7 @@ from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.testing import processes, ranks
 from lightning_gpu_engine.testing.machine_sharing import free_port, port_range
-from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause
+from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause, wait
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 RANKS = str(Path(ranks.__file__))  # a script: Lightning starts the other ranks by running it again
@@ -137,7 +137,9 @@ def test_two_nodes_under_torchrun_train_as_one_job(
     torchrun += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test", "--max-restarts=0"]
     cmd = [*torchrun, RANKS, str(my_task), str(tmp_path / "dump"), "0", *tiny_args, "--devices=1", "--num-nodes=2"]
     nodes = [launch(cmd) for _ in range(2)]
-    outputs = [finish(node) for node in nodes]
+    outputs = [wait(node) for node in nodes]
+    # both nodes' ends: a node whose rank failed takes the rendezvous store down, and the other says only that
+    assert [node.returncode for node in nodes] == [0, 0], "\n----- node 1:\n".join(out[-3000:] for out in outputs)
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
     assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
     hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())

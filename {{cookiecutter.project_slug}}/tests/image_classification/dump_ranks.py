@@ -40,4 +40,4 @@ if __name__ == "__main__":
         return [*build_callbacks(*args, **kwargs), DumpRank(folder)]
 
     trainer_module.build_callbacks = with_dump
-    train.main(sys.argv[2:])
+    train.cli(sys.argv[2:])  # train.py's door, its exit included

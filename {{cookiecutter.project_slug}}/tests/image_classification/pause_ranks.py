@@ -52,4 +52,4 @@ if __name__ == "__main__":
         return [*build_callbacks(*args, **kwargs), *extra]
 
     trainer_module.build_callbacks = with_extra
-    train.main(sys.argv[3:])
+    train.cli(sys.argv[3:])  # train.py's door, its exit included

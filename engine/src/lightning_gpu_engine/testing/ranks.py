@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from lightning_gpu_engine import main
+from lightning_gpu_engine import run
 from lightning_gpu_engine.build import trainer as trainer_module
 
 
@@ -60,4 +60,4 @@ if __name__ == "__main__":
         return [*build_callbacks(*args, **kwargs), DumpRank(folder, pause_step)]
 
     trainer_module.build_callbacks = with_dump
-    main(task.TASK, sys.argv[4:])
+    run(task.TASK, sys.argv[4:])  # train.py's door: its exit leaves the process group before Python's teardown

@@ -11,8 +11,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return run_task(TASK, argv)
 
 
-def cli() -> None:
-    run(TASK)
+def cli(argv: list[str] | None = None) -> None:
+    run(TASK, argv)
 
 
 if __name__ == "__main__":
