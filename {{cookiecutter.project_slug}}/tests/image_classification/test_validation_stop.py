@@ -30,7 +30,7 @@ class SigtermInValidation(L.Callback):
 
 build_callbacks = trainer_module.build_callbacks
 trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SigtermInValidation()]
-train.main(sys.argv[1:])
+train.cli(sys.argv[1:])  # train.py's door, its exit included
 """
 
 
