@@ -9,7 +9,6 @@ import os
 import pickle
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.testing import processes, ranks
 from lightning_gpu_engine.testing.machine_sharing import free_port, port_range
 from lightning_gpu_engine.testing.processes import SAVING, Launch, finish, kill_at_pause, wait
+from lightning_gpu_engine.testing.ranks import assert_ranks_agree, load_ranks
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 RANKS = str(Path(ranks.__file__))  # a script: Lightning starts the other ranks by running it again
@@ -29,26 +29,6 @@ RANKS = str(Path(ranks.__file__))  # a script: Lightning starts the other ranks 
 
 def without_output_dir(args: list[str]) -> list[str]:
     return [arg for arg in args if not arg.startswith("--output-dir=")]
-
-
-def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
-    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
-    assert all(rank["world_size"] == world_size for rank in ranks)
-    return ranks
-
-
-def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
-    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
-    Validation metrics are reduced over all ranks, so they must agree exactly too."""
-    first, *others = ranks
-    for other in others:
-        assert first["global_step"] == other["global_step"]
-        assert first["params"].keys() == other["params"].keys()
-        for name, value in first["params"].items():
-            assert torch.equal(value, other["params"][name]), name
-        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
-        assert val.keys() == {"val/loss"}
-        assert val == {k: other["metrics"][k] for k in val}
 
 
 def test_resume_auto_takes_the_newest_checkpoint_or_starts_afresh(tmp_path: Path) -> None:
@@ -95,7 +75,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     )
     whole = load_ranks(tmp_path / "whole", 2)
     assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
-    assert_ranks_agree(whole)
+    assert_ranks_agree(whole, {"val/loss"})
     ports = {int(rank["master_port"]) for rank in whole}
     assert len(ports) == 1 and ports <= set(port_range()), ports
     args = [*tiny_args, *layout, *formats]
@@ -117,7 +97,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     assert f"Restoring states from the checkpoint path at {last}" in output
     resumed = load_ranks(tmp_path / "resumed", 2)
     assert resumed[0]["global_step"] == 8
-    assert_ranks_agree(resumed)
+    assert_ranks_agree(resumed, {"val/loss"})
     for name, weight in whole[0]["params"].items():
         assert torch.equal(resumed[0]["params"][name], weight), name
     for metric in ("train/loss", "val/loss"):
@@ -141,6 +121,6 @@ def test_two_nodes_under_torchrun_train_as_one_job(
     # both nodes' ends: a node whose rank failed takes the rendezvous store down, and the other says only that
     assert [node.returncode for node in nodes] == [0, 0], "\n----- node 1:\n".join(out[-3000:] for out in outputs)
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
-    assert_ranks_agree(load_ranks(tmp_path / "dump", 2))
+    assert_ranks_agree(load_ranks(tmp_path / "dump", 2), {"val/loss"})
     hparams = yaml.safe_load(next((tmp_path / "run" / "logs").rglob("hparams.yaml")).read_text())
     assert hparams["global_batch_size"] == 16  # batch 8 x 1 device x 2 nodes

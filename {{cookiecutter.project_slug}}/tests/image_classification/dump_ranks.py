@@ -12,26 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.testing.ranks import DumpRank
 
 import train
-
-
-class DumpRank(L.Callback):
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        dump = {
-            "params": {name: p.detach().clone() for name, p in pl_module.named_parameters()},
-            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
-            "global_step": trainer.global_step,
-            "world_size": trainer.world_size,
-        }
-        torch.save(dump, self.folder / f"rank{trainer.global_rank}.pt")
-
 
 if __name__ == "__main__":
     folder, build_callbacks = Path(sys.argv[1]), trainer_module.build_callbacks

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from lightning_gpu_engine import read_checkpoint
 from lightning_gpu_engine.build.trainer import block_types, build_strategy
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf import hardware
+from lightning_gpu_engine.testing.ranks import assert_ranks_agree, load_ranks
 from torch.distributed.fsdp import ShardingStrategy
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
@@ -32,30 +32,8 @@ from {{ cookiecutter.package_name }}.tasks.image_classification.networks import 
 )
 
 DUMP_RANKS = str(Path(__file__).with_name("dump_ranks.py"))
+VAL = {"val/acc", "val/balanced_acc", "val/loss"}  # what the task logs, reduced over the ranks
 PAUSE_RANKS = str(Path(__file__).with_name("pause_ranks.py"))
-
-
-def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
-    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
-    assert all(rank["world_size"] == world_size for rank in ranks)
-    return ranks
-
-
-def assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
-    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit.
-
-    BatchNorm running statistics are left out: DDP keeps them in step only by broadcasting rank 0's at a forward.
-    Validation metrics are reduced over all ranks, so they must agree exactly too.
-    """
-    first, *others = ranks
-    for other in others:
-        assert first["global_step"] == other["global_step"]
-        assert first["params"].keys() == other["params"].keys()
-        for name, value in first["params"].items():
-            assert torch.equal(value, other["params"][name]), name
-        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
-        assert val.keys() == {"val/acc", "val/balanced_acc", "val/loss"}
-        assert val == {k: other["metrics"][k] for k in val}
 
 
 def test_fsdp_units_are_the_residual_blocks() -> None:
@@ -115,7 +93,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     finish(launch([*ddp, str(tmp_path / "whole"), "0", *args, f"--output-dir={tmp_path / 'uninterrupted'}"]))
     whole = load_ranks(tmp_path / "whole", 2)
     assert whole[0]["global_step"] == 8  # 64 samples / (batch 8 x 2 ranks) x 2 epochs
-    assert_ranks_agree(whole)
+    assert_ranks_agree(whole, VAL)
     running = torch.load(tmp_path / "whole" / "running.pt", weights_only=True)
     # a step of the last epoch after which its accuracy so far is not the whole epoch's: a run resumed from there
     # reports the epoch's accuracy only if it counts the steps before the resume too
@@ -132,7 +110,7 @@ def test_two_ddp_ranks_agree_and_after_a_kill_mid_epoch_resume_to_the_weights_an
     assert f"Restoring states from the checkpoint path at {last}" in output
     resumed = load_ranks(tmp_path / "resumed", 2)
     assert resumed[0]["global_step"] == 8
-    assert_ranks_agree(resumed)
+    assert_ranks_agree(resumed, VAL)
     for name, weight in whole[0]["params"].items():
         assert torch.equal(resumed[0]["params"][name], weight), name
     for metric in ("train/acc", "train/loss", "val/acc", "val/loss"):

@@ -24,13 +24,15 @@ from lightning_gpu_engine.build import trainer as trainer_module
 
 
 class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save
-    def __init__(self, folder: Path, pause_step: int) -> None:
+    """Saves the rank's parameters and metrics at the end of fit; with `pause_step` > 0, waits after that step."""
+
+    def __init__(self, folder: Path, pause_step: int = 0) -> None:
         self.folder, self.pause_step = folder, pause_step
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if trainer.global_step == self.pause_step:
+        if 0 < self.pause_step == trainer.global_step:  # 0: no pause, even where accumulation holds step 0 a while
             if trainer.is_global_zero:
                 print(f"paused at step {self.pause_step}", flush=True)
             time.sleep(3600)
@@ -45,6 +47,27 @@ class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pau
             "master_port": os.environ.get("MASTER_PORT"),  # where the ranks met
         }
         torch.save(dump, self.folder / f"rank{trainer.global_rank}.pt")
+
+
+def load_ranks(folder: Path, world_size: int) -> list[dict[str, Any]]:
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+    assert all(rank["world_size"] == world_size for rank in ranks)
+    return ranks
+
+
+def assert_ranks_agree(ranks: list[dict[str, Any]], val_keys: set[str]) -> None:
+    """DDP averages the gradients, so every rank takes the same optimizer steps: equal parameters, bit for bit
+    (BatchNorm's running statistics are buffers, not parameters: DDP only broadcasts rank 0's). Validation metrics
+    are reduced over all ranks, so they must agree exactly too; `val_keys` are the ones the task logs."""
+    first, *others = ranks
+    for other in others:
+        assert first["global_step"] == other["global_step"]
+        assert first["params"].keys() == other["params"].keys()
+        for name, value in first["params"].items():
+            assert torch.equal(value, other["params"][name]), name
+        val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+        assert val.keys() == val_keys
+        assert val == {k: other["metrics"][k] for k in val}
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def test_ddp_strategy_on_a_single_gpu(tiny_args: list[str]) -> None:
 def test_validation_metrics_are_identical_on_every_rank(strategy: str, tiny_args: list[str], tmp_path: Path) -> None:
     # Each rank validates its own half of the data, so only properly synced metrics can agree.
     args = ["--accelerator=cuda", "--devices=2", f"--strategy={strategy}", "--precision=bf16-mixed", "--no-compile"]
-    dump_ranks = [sys.executable, str(ROOT / "tests" / "dump_ranks.py"), str(tmp_path / "dump")]  # see that script
+    script = ROOT / "tests" / "image_classification" / "dump_ranks.py"  # see that script
+    dump_ranks = [sys.executable, str(script), str(tmp_path / "dump")]
     result = subprocess.run(
         [*dump_ranks, *tiny_args, *args, "--train-samples=64", "--max-epochs=2"],
         cwd=ROOT,
