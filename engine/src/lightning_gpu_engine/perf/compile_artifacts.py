@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch._dynamo.utils import counters
 
-from lightning_gpu_engine.checkpoint.files import OutputBusyError, discard, open_partial, publish
+from lightning_gpu_engine.checkpoint.files import OutputBusyError, commit, discard, open_partial
 from lightning_gpu_engine.perf.compile_cache import STARTED
 
 ARTIFACTS = "artifacts.bin"  # in the cache folder: a JSON line (torch, device, sha256 of the rest), then torch's bytes
@@ -123,15 +123,10 @@ def write(path: Path, payload: bytes, device: str, graphs: int) -> None:
     try:
         with open(handle.name, "wb") as out:  # the partial file, in bytes, while `handle` holds its lock
             out.write(json.dumps(header).encode() + b"\n" + payload)
-            out.flush()
-            os.fsync(out.fileno())
     except OSError:
         discard(handle)
         raise
-    try:
-        publish(Path(handle.name), path)  # under the lock, as files.commit publishes
-    finally:
-        handle.close()
+    commit(handle, path)  # fsyncs the file (one inode, whichever descriptor) and publishes it under the lock
 
 
 class SaveCompileCache(Callback):
