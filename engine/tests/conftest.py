@@ -19,7 +19,7 @@ import pytest
 
 import lightning_gpu_engine
 from lightning_gpu_engine import main
-from lightning_gpu_engine.testing import processes
+from lightning_gpu_engine.testing import processes, warm_starts
 from lightning_gpu_engine.testing.fixtures import (
     master_port,
     multiprocess_tests_one_at_a_time,
@@ -91,7 +91,7 @@ def run_engine(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Comple
     """`python -m lightning_gpu_engine ARGS` (bench, sweep) from `cwd`, as a team runs it beside its task's file."""
     command = [sys.executable, "-m", "lightning_gpu_engine", *args]
     env = processes.script_env(cwd)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    return warm_starts.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_gpu_engine.testing import processes
+from lightning_gpu_engine.testing import processes, warm_starts
 
 from .conftest import guide_task
 
@@ -30,7 +30,7 @@ def bench(team: Path, *args: str) -> subprocess.Popen[str]:
     """`python -m lightning_gpu_engine bench ARGS` from the team's folder, as its members run it."""
     env = processes.script_env(team)
     command = [sys.executable, "-m", "lightning_gpu_engine", "bench", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=team, env=env)
+    return warm_starts.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=team, env=env)
 
 
 def test_the_guides_regressor_gets_a_samples_per_second_row_per_setting_and_round(team: Path) -> None:

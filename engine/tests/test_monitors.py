@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import run_toy, train
@@ -93,7 +94,7 @@ def test_after_a_mid_epoch_resume_the_epoch_line_times_this_run_not_the_machine(
     args = [*tiny_args, "--samples=4000", "--checkpoint-every=1steps"]  # 500 steps: killed well before the end
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     env = dict(os.environ)
-    with subprocess.Popen(
+    with warm_starts.popen(
         [sys.executable, str(my_task), *args],
         cwd=my_task.parent,
         env=env,

@@ -28,6 +28,7 @@ from lightning_gpu_engine.data.loaders import (
     SkippingBatchSampler,
 )
 from lightning_gpu_engine.perf import hardware
+from lightning_gpu_engine.testing import warm_starts
 
 from .conftest import train
 
@@ -177,7 +178,7 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_resume_last_continues(
 ) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, str(my_task), *tiny_args, "--max-epochs=1000"]
-    proc = subprocess.Popen(
+    proc = warm_starts.popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=my_task.parent, env=env
     )
     watchdog = threading.Timer(240, proc.kill)  # a hung run fails the test instead of blocking it

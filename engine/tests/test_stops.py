@@ -24,6 +24,7 @@ from torch.multiprocessing.reductions import rebuild_storage_fd
 
 from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, waiting_for
 from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
+from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
 
 from .conftest import run_toy, signalling_task
@@ -39,7 +40,7 @@ class Run:
         extra = env or {}
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
         command = [sys.executable, str(program), *args]
-        self.process = subprocess.Popen(
+        self.process = warm_starts.popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

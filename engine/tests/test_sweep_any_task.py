@@ -19,7 +19,7 @@ import yaml
 from optuna.storages.journal import JournalFileBackend
 
 from lightning_gpu_engine.sweep import main as sweep_main
-from lightning_gpu_engine.testing import processes
+from lightning_gpu_engine.testing import processes, warm_starts
 
 from .conftest import guide_task
 
@@ -68,7 +68,7 @@ def sweep(team: Path, *args: str) -> subprocess.Popen[str]:
     """`python -m lightning_gpu_engine sweep ARGS` from the team's folder, as its members run it."""
     env = processes.script_env(team)
     command = [sys.executable, "-m", "lightning_gpu_engine", "sweep", *args]
-    return subprocess.Popen(
+    return warm_starts.popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=team, env=env, start_new_session=True
     )
 

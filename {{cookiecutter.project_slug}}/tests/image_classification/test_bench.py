@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, wait_until
 from lightning_gpu_engine.bench.report import compare, ratio_line
+from lightning_gpu_engine.testing import warm_starts
 
 import bench
 import train
@@ -79,7 +80,7 @@ def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path)
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, str(ROOT / "bench.py"), *TINY, f"--json={out}"]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
+    process = warm_starts.popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
     try:
         wait_until(lambda: out.exists() and json.loads(out.read_text())["settings"], process, "a measured row")
         os.killpg(process.pid, signal.SIGKILL)

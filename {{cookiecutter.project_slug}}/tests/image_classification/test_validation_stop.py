@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run_train
+from lightning_gpu_engine.testing import warm_starts
 
 # train.py, signalling its own process group (it leads one) at the first validation batch of the first epoch.
 SIGNALS_ITSELF = """
@@ -50,7 +51,7 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
     script = tmp_path / "signals_itself.py"
     script.write_text(SIGNALS_ITSELF)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
-    stopped = subprocess.run(
+    stopped = warm_starts.run(
         [sys.executable, str(script), *args, f"--output-dir={tmp_path / 'stopped'}"],
         cwd=ROOT,
         env=env,

@@ -20,6 +20,7 @@ import torch
 import yaml
 from conftest import ROOT, SAVING, run_script, run_train, script_env
 from lightning_gpu_engine import read_checkpoint
+from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
@@ -118,7 +119,7 @@ def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[st
     assert whole.returncode == 0, whole.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     stopped_dir = tmp_path / "stopped"
-    process = subprocess.Popen(
+    process = warm_starts.popen(
         [sys.executable, "train.py", *args, f"--output-dir={stopped_dir}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip

@@ -5,7 +5,8 @@
         tiny = ("--hidden", "8", "--samples", "64", "--max-steps", "6")
         bad = ("--hidden", "0")
 
-Every check runs the task's own script in a fresh process on the CPU, and a failure names the promise it broke.
+Every check runs the task's own script in a process of its own on the CPU (forked warm: testing/warm_starts.py), and a
+failure names the promise it broke.
 One uninterrupted tiny run, and its twin on two DDP ranks, are shared by the checks that read a finished run, and are
 what a stopped and resumed run must equal: step, weights, optimizer and scheduler states, metrics and validations.
 `tiny` needs a few training steps and a validation; the first epoch must outlast its first step.

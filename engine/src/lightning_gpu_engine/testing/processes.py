@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
+from lightning_gpu_engine.testing import warm_starts
+
 TIMEOUT = 240  # seconds a launched process may take before its test fails as hung
 HEAVY = ("torch", "lightning")  # what a refusal that names a flag or a file must answer before: seconds of imports
 # A stop-and-resume test in both ways of saving: one file (the default), and each rank's part in the background
@@ -43,11 +45,12 @@ def run_script(
     env: dict[str, str] | None = None,
     new_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`python SCRIPT ARGS` in a fresh process from `cwd` (default: `root`), as a user would run it (script_env);
-    `env` adds to the inherited environment; `new_session` for a script that signals its own process group."""
+    """`python SCRIPT ARGS` in a process of its own (warm_starts) from `cwd` (default: `root`), as a user would run it
+    (script_env); `env` adds to the inherited environment; `new_session` for a script that signals its own process
+    group."""
     command = [sys.executable, str(script), *args]
     try:
-        return subprocess.run(
+        return warm_starts.run(
             command,
             capture_output=True,
             text=True,
@@ -68,7 +71,7 @@ def launching(root: Path) -> Iterator[Launch]:
     started: list[subprocess.Popen[str]] = []
 
     def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
+        process = warm_starts.popen(
             cmd,
             cwd=root,
             env=script_env(root, env),

@@ -8,9 +8,10 @@ import fcntl
 import hashlib
 import json
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from lightning_gpu_engine.testing import warm_starts
 
 TIMEOUT = 600  # seconds a reference run may take before its tests fail as hung
 
@@ -34,7 +35,7 @@ class ReferenceRuns:
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir()
                 filled = [_fill(arg, {name: folder / name for name in into}) for arg in command]
-                done = subprocess.run(
+                done = warm_starts.run(
                     filled, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT, start_new_session=True
                 )
                 assert done.returncode == 0, f"the reference run {' '.join(filled)} failed:\n{done.stdout[-3000:]}"

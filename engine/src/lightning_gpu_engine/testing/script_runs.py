@@ -1,4 +1,4 @@
-"""A task's script run as its users run it, in a fresh process on the CPU, and what its output says: the runs of
+"""A task's script run as its users run it, in a process of its own on the CPU, and what its output says: the runs of
 `testing.TaskConformance`, each done once and shared by the checks that read it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lightning_gpu_engine.checkpoint.checks import read_checkpoint
+from lightning_gpu_engine.testing import warm_starts
 
 # Before the task's flags, which may replace them: a tiny epoch of a few batches, every step logged
 DEFAULTS = ["--batch-size=16", "--max-epochs=2", "--logger=csv", "--log-every-n-steps=1"]
@@ -109,7 +110,7 @@ class ConformanceRuns:
         cmd, env = self.command(*args)
         cwd = cwd or self.script.parent
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, cwd=cwd, env=env)
+            return warm_starts.run(cmd, capture_output=True, text=True, timeout=self.timeout, cwd=cwd, env=env)
         except subprocess.TimeoutExpired as err:  # a hang fails its check with what the run printed
             out, errors = (s.decode() if isinstance(s, bytes) else s or "" for s in (err.stdout, err.stderr))
             return subprocess.CompletedProcess(cmd, -9, out, f"{errors}\nkilled: still running after {err.timeout} s")
@@ -159,7 +160,7 @@ class ConformanceRuns:
         cmd, env = self.command(*self.flags(out, *extra))
         pipe, merged = subprocess.PIPE, subprocess.STDOUT
         # a session of its own: SIGTERM to its group reaches the run and its loader workers, and nothing else
-        process = subprocess.Popen(
+        process = warm_starts.popen(
             cmd, stdout=pipe, stderr=merged, text=True, cwd=self.script.parent, env=env, start_new_session=True
         )
         assert process.stdout is not None
