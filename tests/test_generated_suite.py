@@ -41,24 +41,23 @@ IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
 # id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). Measured on 2 cores
-# by .ci/run's summary from a clean clone (2026-11-28: language model 6.12, defaults 4.79, streaming 3.97 and 2.95,
-# sweep 3.45, stops with the SLURM requeue 2.65, the fp16 and fp32 bakes 0.09; the engine's 14.37 and 6.89 before it
-# was a package), rounded up by about a tenth
+# by .ci/run's summary from a clean clone, with the runs forked warm (2026-11-28: defaults 3.55, streaming 2.77 and
+# 1.27, sweep 3.46, stops 1.77, the fp16 and fp32 bakes 0.16; the engine's 7.11 and 3.18), rounded up by about a tenth
 SUITES = {
-    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 5.3),
-    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 3),
-    "defaults-sweep": ({}, [], SWEEP, 3.5),
-    "defaults-streaming": ({}, [], IMAGE_STREAMING, 4.4),
+    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 4),
+    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
+    "defaults-sweep": ({}, [], SWEEP, 3.8),
+    "defaults-streaming": ({}, [], IMAGE_STREAMING, 3.1),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.5),  # 0.5 for a time limit of 90 s, above its wall time
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [], ANSWER_READERS, 0.5),
-    "language-model": (LM, [*LM_STREAMING], [], 6.5),
-    "language-model-streaming": (LM, [], LM_STREAMING, 3.2),
+    "language-model": (LM, [*LM_STREAMING], [], 4.5),
+    "language-model-streaming": (LM, [], LM_STREAMING, 1.5),
 }
 # The engine's own suite runs once, against the engine installed from its wheel, in two parts that share the cores:
 # its signal and multi-process files are a part of their own. id: (files left out, the only files run, CPU-minutes)
 ENGINE_PROCESSES = ["test_stops.py", "test_distributed.py", "test_multinode.py"]
 ENGINE_PROCESSES += ["test_compile_cache.py", "test_muon.py", "test_sharded_checkpoints.py"]
-ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 16), "engine-processes": ([], ENGINE_PROCESSES, 7)}
+ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 8), "engine-processes": ([], ENGINE_PROCESSES, 3.6)}
 
 
 SuitePasses = Callable[..., None]

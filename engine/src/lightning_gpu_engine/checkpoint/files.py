@@ -38,19 +38,20 @@ def open_partial(final: Path, suffix: str = "", watched: bool = False, wait: boo
     `watched`: removed if this process is killed before it publishes or discards the file. `wait`: another writer
     of it is a partner (a sweep's workers each write its report), waited for rather than refused."""
     path = partial_path(final, suffix)
+    unwatch = remove_when_abandoned(path) if watched else None
     while True:
         handle = open(path, "a+", newline="")  # noqa: SIM115 - closed by commit or discard
         try:
             _lock(handle.fileno(), final, wait)
         except OutputBusyError:
             handle.close()
+            if unwatch is not None:
+                unwatch()
             raise
         if _still_at(handle.fileno(), path):
             break
         handle.close()  # the writer waited for published it or removed it meanwhile: the next partial is a new file
     handle.truncate(0)
-    if watched:
-        remove_when_abandoned(Path(handle.name))
     return handle
 
 
@@ -117,6 +118,7 @@ class PartialFolder:
         if self.final.exists() and not replace:
             raise ConfigError(option, f"{self.final} exists; give a folder that does not exist yet")
         self.path = partial_path(self.final)
+        unwatch = remove_when_abandoned(self.path) if watched else None
         try:
             self.path.mkdir(exist_ok=True)
             self.fd = os.open(self.path, os.O_RDONLY)  # a lock on the folder itself: what the watcher waits for
@@ -128,10 +130,10 @@ class PartialFolder:
             for leftover in self.path.iterdir():  # a crashed run's: taken over
                 shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
         except OSError as err:
+            if unwatch is not None:
+                unwatch()
             raise _refused(option, self.final, err) from None
         self.done = False
-        if watched:
-            remove_when_abandoned(self.path)
 
     def __enter__(self) -> PartialFolder:
         return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Waits for the end of its stdin (every holder of the pipe's other end has ended, however), then removes the partial
@@ -33,13 +34,23 @@ except OSError:
 """
 
 
-def remove_when_abandoned(partial: Path) -> None:
+def remove_when_abandoned(partial: Path) -> Callable[[], None]:
     """A watcher in a session of its own, so that what kills this process's group spares it. This process keeps the
-    pipe's write end open until it exits, when the kernel closes it."""
+    pipe's write end open until it exits, when the kernel closes it. Started before the partial is made: a kill
+    between the two would leave a partial no watcher knows of. Returns what ends the watcher unused, for a partial
+    that was never made (refused)."""
     read, write = os.pipe()
     watcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHER, partial], stdin=read, start_new_session=True)
     os.close(read)
     _watching.append((watcher, write))
+
+    def unused() -> None:
+        watcher.kill()
+        watcher.wait()
+        os.close(write)
+        _watching.remove((watcher, write))
+
+    return unused
 
 
 _watching: list[tuple[subprocess.Popen[bytes], int]] = []  # for the process's life: the watchers, their pipes' ends
