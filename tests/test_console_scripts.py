@@ -99,8 +99,8 @@ def scripts(project: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("task", "runs"),
     [
-        pytest.param("image-classification", IMAGE_RUNS, id="image-classifier", marks=pytest.mark.minutes(0.9)),
-        pytest.param("language-model", LM_RUNS, id="language-model", marks=pytest.mark.minutes(0.8)),
+        pytest.param("image-classification", IMAGE_RUNS, id="image-classifier", marks=pytest.mark.minutes(0.8)),
+        pytest.param("language-model", LM_RUNS, id="language-model", marks=pytest.mark.minutes(0.7)),
     ],
 )
 def test_every_command_runs_from_anywhere_after_a_wheel_install(task: str, runs: Runs, tmp_path: Path) -> None:
