@@ -83,7 +83,8 @@ def train(toy: ModuleType, argv: list[str]) -> dict[str, Any]:
 
 
 def run_toy(my_task: Path, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
-    """`python my_task.py ARGS` in a fresh process, from the folder that holds it (options: processes.run_script's)."""
+    """`python my_task.py ARGS` in a process of its own, from the folder that holds it (options:
+    processes.run_script's)."""
     return run_script(my_task, *args, root=my_task.parent, **options)
 
 

@@ -86,7 +86,8 @@ def run_script(
     env: dict[str, str] | None = None,
     new_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`python SCRIPT ARGS` in a fresh process, as a user would run it. SCRIPT is relative to the root, or absolute."""
+    """`python SCRIPT ARGS` in a process of its own (warm_starts), as a user would run it. SCRIPT is relative to the
+    root, or absolute."""
     return processes.run_script(
         ROOT / script, *args, root=ROOT, timeout=timeout, cwd=cwd, env=env, new_session=new_session
     )

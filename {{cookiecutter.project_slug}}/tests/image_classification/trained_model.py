@@ -54,7 +54,7 @@ def trained_checkpoint(base: Path) -> tuple[Path, list[tuple[Path, str]]]:
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python predict.py ARGS` (or export.py) in a fresh process, as a user runs it."""
+    """`python predict.py ARGS` (or export.py) in a process of its own, as a user runs it."""
     return run_python(str(ROOT / script), *args)
 
 
