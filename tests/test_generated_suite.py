@@ -40,24 +40,24 @@ SWEEP = ["image_classification/test_sweep.py"]
 IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
-# id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). The most of two
-# clean clones' .ci/run on 2 cores, with the runs forked warm (2026-11-28): defaults 3.79, language model 2.74,
-# streaming 3.07 and 1.27, sweep 3.46, stops 1.83, the fp16 and fp32 bakes 0.16; the engine's 7.11 and 3.38
+# id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). The most of three
+# clean clones' .ci/run on 2 cores, with the runs forked warm (2026-11-28): defaults 3.87, language model 3.05,
+# streaming 3.07 and 1.35, sweep 3.61, stops 1.95, the fp16 and fp32 bakes 0.16; the engine's 7.11 and 3.76
 SUITES = {
-    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 3.8),
-    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 1.9),
-    "defaults-sweep": ({}, [], SWEEP, 3.5),
+    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 3.9),
+    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
+    "defaults-sweep": ({}, [], SWEEP, 3.7),
     "defaults-streaming": ({}, [], IMAGE_STREAMING, 3.1),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.2),
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [], ANSWER_READERS, 0.2),
-    "language-model": (LM, [*LM_STREAMING], [], 2.8),
-    "language-model-streaming": (LM, [], LM_STREAMING, 1.3),
+    "language-model": (LM, [*LM_STREAMING], [], 3.1),
+    "language-model-streaming": (LM, [], LM_STREAMING, 1.4),
 }
 # The engine's own suite runs once, against the engine installed from its wheel, in two parts that share the cores:
 # its signal and multi-process files are a part of their own. id: (files left out, the only files run, CPU-minutes)
 ENGINE_PROCESSES = ["test_stops.py", "test_distributed.py", "test_multinode.py"]
 ENGINE_PROCESSES += ["test_compile_cache.py", "test_muon.py", "test_sharded_checkpoints.py"]
-ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 7.2), "engine-processes": ([], ENGINE_PROCESSES, 3.4)}
+ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 7.2), "engine-processes": ([], ENGINE_PROCESSES, 3.8)}
 
 
 SuitePasses = Callable[..., None]
