@@ -17,6 +17,20 @@ ZYGOTE = Path(__file__).with_name("zygote.py")
 READY_TIMEOUT = 180  # seconds an interpreter may take to import torch and Lightning on a loaded machine
 
 
+def read_line(channel: socket.socket, said: bytes, timeout: float | None) -> tuple[bytes, bool]:
+    """`said` and what `channel` says after it, up to a whole line; whether that line came within `timeout`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not said.endswith(b"\n"):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([channel], [], [], left)[0]:
+            return said, False
+        part = channel.recv(64)
+        if not part:
+            raise ChildProcessError("the interpreter ended")
+        said += part
+    return said, True
+
+
 class Interpreter:
     """One zygote.py, started with one environment."""
 
@@ -42,13 +56,11 @@ class Interpreter:
         ours, theirs = socket.socketpair()
         with theirs:
             socket.send_fds(self.control, [json.dumps(request).encode()], [*fds, theirs.fileno()])
-        said = b""
-        while not said.endswith(b"\n"):
-            part = ours.recv(64)
-            if not part:
-                ours.close()
-                raise OSError("the interpreter ended")
-            said += part
+        try:
+            said, _ = read_line(ours, b"", None)
+        except ChildProcessError:
+            ours.close()
+            raise
         return int(said), ours
 
     def close(self) -> None:
@@ -75,16 +87,10 @@ class WarmProcess(subprocess.Popen[Any]):
 
     def _status(self, timeout: float | None) -> int | None:
         """The exit status, as the interpreter reports it once the run ends; None if not within `timeout`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None and not self._said.endswith(b"\n"):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self._channel], [], [], left)[0]:
-                return None
-            part = self._channel.recv(64)
-            if not part:
-                raise ChildProcessError(f"the interpreter that forked {self.pid} ended before it did")
-            self._said += part
         if self.returncode is None:
+            self._said, whole = read_line(self._channel, self._said, timeout)
+            if not whole:
+                return None
             self.returncode = int(self._said)
             self._channel.close()
         return self.returncode

@@ -10,6 +10,7 @@ or LIGHTNING_GPU_ENGINE_FRESH_STARTS=1 in the environment (to rule warm starts o
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import subprocess
 import sys
@@ -28,7 +29,6 @@ VOLATILE = {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "PYTEST_CURRENT_TEST"}
 KEPT = 6  # interpreters held at once, each with torch's memory: the least recently used goes first
 
 _lock = threading.Lock()
-_gpu: list[bool] = []  # whether CUDA is available, asked once
 _interpreters: OrderedDict[tuple[str, ...], Interpreter | None] = OrderedDict()
 
 
@@ -61,6 +61,11 @@ def _interpreter(executable: str, env: dict[str, str]) -> Interpreter | None:
     return started
 
 
+@functools.cache
+def _gpu() -> bool:
+    return torch.cuda.is_available()
+
+
 def _target(args: list[str]) -> tuple[str, list[str]] | None:
     """The module, or "" for a script, and the argv a warm start gives; None for any other command."""
     if len(args) < 2 or args[0] != sys.executable:
@@ -86,9 +91,7 @@ def popen(
     env = dict(os.environ if env is None else env)
     target = _target(args)
     options = dict(cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text, start_new_session=start_new_session)
-    if not _gpu:
-        _gpu.append(torch.cuda.is_available())
-    if fresh_only or target is None or "1" in (os.environ.get(FRESH), env.get(FRESH)) or _gpu[0]:
+    if fresh_only or target is None or "1" in (os.environ.get(FRESH), env.get(FRESH)) or _gpu():
         return subprocess.Popen(args, **options, **fresh_only)
     module, argv = target
     with _lock:
@@ -111,9 +114,10 @@ def popen(
                 mine.append(sent[-1])
             else:
                 sent.append(how if isinstance(how, int) else how.fileno())
-        request = {"argv": argv, "module": module, "cwd": os.fspath(cwd or os.getcwd()), "env": env}
+        cwd = os.fspath(cwd or os.getcwd())
+        request = {"argv": argv, "module": module, "cwd": cwd, "env": env, "new_session": start_new_session}
         try:
-            pid, channel = interpreter.fork({**request, "new_session": start_new_session}, sent)
+            pid, channel = interpreter.fork(request, sent)
         except OSError:  # the interpreter is gone: this run, and the next of its kind, start fresh
             for stream in ours:
                 stream.close()
