@@ -40,7 +40,7 @@ def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tens
 def test_a_group_sigterm_mid_epoch_then_resume_last_ends_as_the_uninterrupted_file_run(
     my_task: Path, tmp_path: Path
 ) -> None:
-    """Written in the foreground; --async-save's stop and resume is the conformance suite's (engine/testing.py)."""
+    """Written in the foreground; --async-save's stop and resume is the conformance suite's (testing/conformance.py)."""
     mode = "sharded"
     args = [*TOY, "--max-epochs=2", "--checkpoint-every=off"]  # 4 steps an epoch, 8 in all
     whole = run_toy(my_task, *args, f"--output-dir={tmp_path / 'whole'}")  # one file, the default

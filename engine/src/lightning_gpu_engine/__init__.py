@@ -33,6 +33,7 @@ from lightning_gpu_engine.config.cli import OneLineParser, converter, fail, note
 from lightning_gpu_engine.config.options import Config, check_choices
 from lightning_gpu_engine.config.quiet import set_up_warnings
 from lightning_gpu_engine.config.values import ConfigError, TaskDefault, check_path, opt, parse_betas
+from lightning_gpu_engine.moved import alias_engine
 from lightning_gpu_engine.run import main, run
 from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
 
@@ -108,6 +109,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "Task",
     "TaskConformance",
     "TaskDefault",
+    "alias_engine",
     "apply_backend_flags",
     "batch_flops",
     "build_trainer",

@@ -1,7 +1,9 @@
-"""This package's `engine`, as another name for lightning_gpu_engine.
+"""This package's `engine`, as another name for lightning_gpu_engine, at every depth.
 
 Repos baked before the engine became a package imported it from here, and a team's own task files there keep working
-after `cruft update`. New code imports `lightning_gpu_engine`.
+after `cruft update`: `<package>.engine.X` is the engine's own module object, also for the modules that moved
+(`.engine.hardware` is `lightning_gpu_engine.perf.hardware`; the engine's docs/layout.md lists them). New code
+imports `lightning_gpu_engine`.
 """
 
 from typing import TYPE_CHECKING
@@ -12,6 +14,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ hands each 
     from lightning_gpu_engine import *  # noqa: F403
 
 __all__ = _engine.__all__
+_engine.alias_engine(__name__)
 
 
 def __getattr__(name: str) -> object:

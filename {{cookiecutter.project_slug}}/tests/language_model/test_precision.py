@@ -1,5 +1,5 @@
 """--precision bf16-true, a listed choice, reports the language model's losses as the other precisions do: the epoch's
-mean is summed in fp32 (engine/module.py), not in the bf16 that the rest of the module is turned to."""
+mean is summed in fp32 (the engine's module.py), not in the bf16 that the rest of the module is turned to."""
 
 from __future__ import annotations
 

@@ -46,8 +46,8 @@ USAGE = """Training throughput of your own task (its TASK = Task(...)) for each 
 Flags after bench.py's own are your training flags (the engine's and the task's, as `python my_task.py` takes them),
 the same in every row; bench.py sets the precision and compile of each row, on one device. Each row gives samples/s
 (items/s too where the Task counts items per batch: tokens), step time, start-up, and MFU where the device's dense
-peak is known (CUDA GPUs in engine/peaks.py, or --peak-tflops). Every row is printed and saved to --json as soon as it
-is measured, with the device, versions and command.
+peak is known (CUDA GPUs in the engine's perf/peaks.py, or --peak-tflops). Every row is printed and saved to --json as
+soon as it is measured, with the device, versions and command.
 """
 STEPS = {"cuda": (20, 100), "cpu": (3, 10)}  # (warm-up, timed): a CPU row in seconds, a GPU row past its autotuning
 

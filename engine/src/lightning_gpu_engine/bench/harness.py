@@ -166,7 +166,7 @@ def time_fit(
 
 
 def peak_flops(device: str, precision: str, tf32: bool, peak_tflops: float | None) -> float | None:
-    """One device's dense peak for a timed run's math: --peak-tflops for 16-bit precisions, else engine/peaks.py's."""
+    """One device's dense peak for a timed run's math: --peak-tflops for 16-bit precisions, else perf/peaks.py's."""
     if device != "cuda":
         return None
     if peak_tflops is not None and precision in HALF_PRECISIONS:

@@ -51,7 +51,7 @@ class LogStepThroughputMonitor(L.Callback):
         self.flops_per_batch = 0 if getattr(trainer, "fast_dev_run", False) else batch_flops(pl_module, batch_size)
         counted = bool(self.flops_per_batch)
         if trainer.is_global_zero and counted:
-            said = f"of {found[1]} (engine/peaks.py)" if found else "unknown for this device: no MFU logged"
+            said = f"of {found[1]} (the engine's perf/peaks.py)" if found else "unknown for this device: no MFU logged"
             note(f"MFU: the peak {said}")
         # window_size=2: a rate between two consecutive logging steps
         self.meter = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=2)

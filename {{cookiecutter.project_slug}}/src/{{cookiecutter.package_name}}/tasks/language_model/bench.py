@@ -3,7 +3,7 @@ checkpointing, and a hand-written PyTorch loop on the same model and batches, wh
 
 Token batches are on the device before the clock starts, so the loader is not measured (it reads memory-mapped
 shards, far faster than any GPU trains). MFU counts PaLM's FLOPs (6N + 12·L·H·Q·T per token) against the dense
-peak of engine/peaks.py.
+peak of the engine's perf/peaks.py.
 """
 
 from __future__ import annotations

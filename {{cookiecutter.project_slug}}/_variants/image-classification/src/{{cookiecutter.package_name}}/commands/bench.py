@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peak-tflops",
         type=float,
-        help="one device's dense bf16/fp16 peak, for MFU on a GPU missing from engine/peaks.py",
+        help="one device's dense bf16/fp16 peak, for MFU on a GPU missing from lightning_gpu_engine/perf/peaks.py",
     )
     parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
     args = parser.parse_args(argv)

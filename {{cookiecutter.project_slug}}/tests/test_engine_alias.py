@@ -1,0 +1,36 @@
+"""This package's `engine`, the engine's old place in repos baked before it was a package: code a team wrote against
+it keeps importing, as the engine's own module objects, at every depth."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import lightning_gpu_engine
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("hardware", "perf.hardware"),
+        ("checkpoints", "checkpoint.saving"),
+        ("module", "module"),
+        ("checkpoint.files", "checkpoint.files"),
+    ],
+)
+def test_an_old_engine_module_is_the_engines_own(old: str, new: str) -> None:
+    through_alias = importlib.import_module(f"{{ cookiecutter.package_name }}.engine.{old}")
+    assert through_alias is importlib.import_module(f"lightning_gpu_engine.{new}")
+
+
+def test_an_error_class_raised_by_the_engine_is_caught_through_the_old_name() -> None:
+    from {{ cookiecutter.package_name }}.engine.checkpoint.files import OutputBusyError
+    from {{ cookiecutter.package_name }}.engine.hardware import Hardware
+
+    assert OutputBusyError is lightning_gpu_engine.OutputBusyError and Hardware is lightning_gpu_engine.Hardware
+
+
+def test_a_module_the_engine_never_had_is_not_found() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("{{ cookiecutter.package_name }}.engine.no_such_module")
