@@ -122,6 +122,16 @@ def test_eject_copies_the_engine_into_the_project_which_then_trains_without_the_
     pyproject = (project / "pyproject.toml").read_text()
     assert "lightning-gpu-engine" not in pyproject and not (project / "wheels" / WHEEL).exists()
     assert re.search(r'(?m)^    "litdata>=', pyproject), "the engine's own needs became the project's"
+    # committed as a team commits, the ejected engine is whole in a fresh clone (the .gitignore ignores no part of it)
+    git = ["git", "-c", "user.name=team", "-c", "user.email=team@example.com"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "eject"]):
+        assert run(*git, *step, cwd=project).returncode == 0
+    assert run("git", "clone", "-q", project, tmp_path / "clone", cwd=tmp_path).returncode == 0
+    engine_files = {p.relative_to(package) for p in (package / "engine").rglob("*") if p.is_file()}
+    cloned = tmp_path / "clone" / "src" / "image_classifier"
+    assert {p for p in engine_files if "__pycache__" not in p.parts} <= {
+        p.relative_to(cloned) for p in (cloned / "engine").rglob("*")
+    }
     pip(python, "install", "-q", "--no-index", "--no-build-isolation", "-e", project, cwd=tmp_path)
     suite = run(
         python,
