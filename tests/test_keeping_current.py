@@ -100,6 +100,10 @@ def test_the_update_script_brings_template_commits_keeps_the_teams_changes_and_n
     quickstart, dockerignore = project / "configs" / "cpu-quickstart.yaml", project / ".dockerignore"
     quickstart.write_text(quickstart.read_text() + "seed: 7  # the team's own\n")
     dockerignore.write_text(dockerignore.read_text().replace("outputs/", "outputs/\nteam-cache/"))
+    # what an update from the copied engine leaves of a team's change to it: a file that no import reaches any more
+    left = project / "src" / "image_classifier" / "engine" / "hardware.py"
+    left.parent.mkdir()
+    left.write_text("PATCHED = True\n")
     commit_all(project, "the team's changes")
 
     source = template / "{{cookiecutter.project_slug}}"
@@ -125,7 +129,10 @@ def test_the_update_script_brings_template_commits_keeps_the_teams_changes_and_n
     text = body.read_text()
     assert commit_b[:12] in text and "need a person" in text
     listed = [line.removeprefix("- [ ] `").removesuffix("`") for line in text.splitlines() if line.startswith("- [ ]")]
-    assert [f.removesuffix(".rej") for f in listed] == [".dockerignore"], text
+    assert [f.removesuffix(".rej") for f in listed] == [".dockerignore", "src/image_classifier/engine/hardware.py"], (
+        text
+    )
+    assert "2 file(s) need a person" in result.stdout
     assert "README.md" not in text
 
     body.unlink()

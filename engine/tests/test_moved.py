@@ -55,3 +55,21 @@ except ModuleNotFoundError as err:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["True True True True", "not found: team.engine.nothing_here"]
+
+
+def test_a_teams_change_to_the_old_engine_that_the_update_left_is_named_at_each_start(tmp_path: Path) -> None:
+    (tmp_path / "team" / "engine").mkdir(parents=True)
+    (tmp_path / "team" / "__init__.py").write_text("")
+    (tmp_path / "team" / "engine.py").write_text(ENGINE_PY)
+    patched = tmp_path / "team" / "engine" / "hardware.py"
+    patched.write_text("PATCHED = True  # the team's fix to the copied engine\n")
+    probe = "import team.engine.hardware as h; print(hasattr(h, 'PATCHED'), h.__name__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "lightning_gpu_engine.perf.hardware"]
+    assert done.stderr.splitlines() == [
+        f"warning: {patched} no longer runs: team.engine.hardware is lightning_gpu_engine.perf.hardware now; port "
+        "your change to that module (or eject the engine: python -m lightning_gpu_engine eject), then delete this file"
+    ]

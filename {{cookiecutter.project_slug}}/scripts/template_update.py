@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -47,13 +48,26 @@ def conflicts() -> list[str]:
     return sorted(set(unmerged) | set(rejected))
 
 
-def body(template: str, old: str, new: str, conflicted: list[str]) -> str:
+def left_engine_files() -> list[str]:
+    """Files of the engine copied into src/<package>/engine/ before it was a package that the update could not remove
+    (a team changed them): src/<package>/engine.py names the package now, so nothing runs them."""
+    tracked = git("ls-files", "src").split()
+    old = [p for p in tracked if re.fullmatch(r"src/[^/]+/engine/.+\.py", p)]
+    return sorted(p for p in old if f"{p.split('/engine/')[0]}/engine.py" in tracked)
+
+
+def body(template: str, old: str, new: str, conflicted: list[str], left: list[str]) -> str:
     lines = [f"Template changes from {template}, commit {old[:12]} to {new[:12]}, applied by `cruft update`.", ""]
     if conflicted:
         lines += ["These did not apply cleanly and need a person: resolve the conflict markers, or apply the hunks of"]
         lines += ["each .rej file by hand and delete it, then push to this branch.", ""]
         lines += [f"- [ ] `{path}`" for path in conflicted]
-    else:
+    if left:
+        lines += ["", "These are your changes to the engine this repo once carried: it is the lightning-gpu-engine"]
+        lines += ["package now, so nothing runs them. Port each to the module the engine's docs/layout.md names (or"]
+        lines += ["eject the engine: `python -m lightning_gpu_engine eject`), then delete the file:", ""]
+        lines += [f"- [ ] `{path}`" for path in left]
+    if not conflicted and not left:
         lines.append("Everything applied cleanly.")
     return "\n".join(lines) + "\n"
 
@@ -124,14 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         said = reason[-1] if reason else "no reason given"
         print(f"error: cruft update failed ({said}); still on {start}", file=sys.stderr)
         return 1
-    new, conflicted = template_commit(), conflicts()
+    new, conflicted, left = template_commit(), conflicts(), left_engine_files()
     git("add", "--all")
     git("commit", "--quiet", "--no-verify", "-m", f"Update from the template ({old[:12]} to {new[:12]})")
     if args.push is not None:
         git("push", "--quiet", args.push, f"{branch}:refs/heads/{branch}")
     template = str(json.loads(Path(".cruft.json").read_text())["template"])
-    args.body.write_text(body(template, old, new, conflicted))
-    print(f"{branch}: template {old[:12]} to {new[:12]}, {len(conflicted)} file(s) need a person")
+    args.body.write_text(body(template, old, new, conflicted, left))
+    print(f"{branch}: template {old[:12]} to {new[:12]}, {len(conflicted) + len(left)} file(s) need a person")
     return 0
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import lightning_gpu_engine
 import pytest
 
-import lightning_gpu_engine
 import {{ cookiecutter.package_name }}
 
 # after `python -m lightning_gpu_engine eject` the engine's copy is src/<package>/engine/ itself, with its new layout

@@ -13,6 +13,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 
 # The modules of the engine copied into projects (template releases before 1.0) that moved when it became this
@@ -87,8 +88,25 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         sys.modules[module.__name__] = importlib.import_module(new_name(module.__name__.removeprefix(self.prefix)))
 
 
+def left_behind(alias: Path) -> dict[str, Path]:
+    """The Python files in the old engine's folder beside `alias` (src/<package>/engine.py), by their dotted name
+    below it: a team's changes to the copied engine, which the update could not remove and no import reaches now."""
+    folder = alias.with_suffix("")
+    found = sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts) if folder.is_dir() else []
+    return {".".join(p.relative_to(folder).with_suffix("").parts): p for p in found}
+
+
 def alias_engine(name: str) -> None:
-    """Makes module `name` (a project's `<package>.engine`) a package whose every submodule is this package's."""
-    sys.modules[name].__path__ = []  # type: ignore[attr-defined]  # a package to the import system, finding nothing
-    if not any(isinstance(f, _Alias) and f.prefix == name + "." for f in sys.meta_path):
-        sys.meta_path.insert(0, _Alias(name))
+    """Makes module `name` (a project's `<package>.engine`) a package whose every submodule is this package's, and
+    names each file of the old engine's folder beside it, which no longer runs."""
+    module = sys.modules[name]
+    module.__path__ = []  # type: ignore[attr-defined]  # a package to the import system, finding nothing
+    if any(isinstance(f, _Alias) and f.prefix == name + "." for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _Alias(name))
+    for old, path in left_behind(Path(module.__file__ or name)).items():
+        print(
+            f"warning: {path} no longer runs: {name}.{old} is {new_name(old)} now; port your change to that module "
+            f"(or eject the engine: python -m {__package__} eject), then delete this file",
+            file=sys.stderr,
+        )
