@@ -62,8 +62,11 @@ def test_the_answers_given_when_the_project_was_generated_are_where_its_runs_sta
     assert cfg.compile is {{ "None" if cookiecutter.compile == "yes" else "False" }}
 
 
-# bench.py and prepare_data.py still import torch before they read their flags: seconds before a typo's line
-FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("bench.py", "prepare_data.py"))
+# The project's entry points: the root scripts that are the doors of its commands (src/<package>/commands/), and not
+# a team's own task saved beside them (the guide's my_task.py, which imports Lightning at once). bench.py still imports
+# torch before it reads its flags, as prepare_data.py does: seconds before a typo's line
+COMMANDS = ROOT / "src" / "{{ cookiecutter.package_name }}" / "commands"
+FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if (COMMANDS / p.name).is_file() and p.name != "bench.py")
 
 
 def test_the_entry_points_answer_a_bad_flag_or_a_missing_file_before_importing_torch_or_lightning(

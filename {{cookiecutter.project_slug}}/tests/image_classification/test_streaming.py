@@ -142,19 +142,23 @@ def test_a_chunk_cut_short_or_deleted_mid_run_ends_it_in_one_line(
     assert errors[0].startswith("error: --data-dir: ") and "the chunks changed during the run" in errors[0]
 
 
-@pytest.mark.parametrize("size", ["20000", "0KB", "64 parsecs"])
+UNITLESS = "expected a size with its unit (B, KB, MB, GB, KiB, MiB, GiB)"
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [("20000", UNITLESS), ("0KB", "expected a size of at least 1 byte"), ("64 parsecs", UNITLESS)],
+)
 def test_a_chunk_size_without_its_unit_or_of_nothing_is_one_line_before_any_image_is_read(
-    size: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    size: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """LitData's own parse failed after every image was read, and left an empty chunks/train/ behind."""
+    """LitData's own parse failed after every image was read, and left an empty chunks/train/ behind. A zero is
+    refused for the zero, not for a unit it has."""
     output = tmp_path / "chunks"
     with pytest.raises(SystemExit) as exit_info:
         prepare_data.main([f"--data-dir={tmp_path}", f"--output={output}", f"--chunk-bytes={size}"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip() == (
-        f"error: --chunk-bytes: expected a size with its unit (B, KB, MB, GB, KiB, MiB, GiB), like 64MB or 512KB; "
-        f"got {size!r}"
-    )
+    assert capsys.readouterr().err.strip() == f"error: --chunk-bytes: {said}, like 64MB or 512KB; got {size!r}"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -21,12 +21,14 @@ BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib"
 
 def parse_chunk_bytes(text: str) -> int:
     """'64MB' -> 64000000: --chunk-bytes in bytes, a unit required (LitData's own parse fails only after the data is
-    read, and takes a unitless number for nothing it can use)."""
+    read, and takes a unitless number for nothing it can use), and at least a byte."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", text.lower())
-    size = int(float(found.group(1)) * BYTE_UNITS[found.group(2)]) if found and found.group(2) in BYTE_UNITS else 0
-    if size < 1:
+    if not found or found.group(2) not in BYTE_UNITS:
         units = "B, KB, MB, GB, KiB, MiB, GiB"
         raise ConfigError("chunk_bytes", f"expected a size with its unit ({units}), like 64MB or 512KB; got {text!r}")
+    size = int(float(found.group(1)) * BYTE_UNITS[found.group(2)])
+    if size < 1:
+        raise ConfigError("chunk_bytes", f"expected a size of at least 1 byte, like 64MB or 512KB; got {text!r}")
     return size
 
 

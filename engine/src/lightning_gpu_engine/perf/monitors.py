@@ -111,7 +111,8 @@ class LogStepProgressBar(RichProgressBar):
 
 class PlainProgress(ProgressBar):
     """Progress as plain lines, for a stdout that is a file (SLURM's .out, a CI log): Rich redraws a bar there only
-    at epoch end. A line on logging steps, at most one per `min_seconds` after each epoch's first, and one per epoch.
+    at epoch end. A line on logging steps, at most one per `min_seconds` after each epoch's first, and one per epoch:
+    "done" only for an epoch whose batches all ran, with the val/ values only of a validation that ran in it.
     The loss is read on logging steps only, when logging reads the GPU anyway."""
 
     def __init__(self, every_n_steps: int, min_seconds: float = 30.0) -> None:
@@ -120,6 +121,8 @@ class PlainProgress(ProgressBar):
         self.enabled = True
         self.last_line = self.epoch_started = 0.0
         self.first_batch: int | None = None  # of this process in this epoch: a resumed epoch starts mid-way
+        self.last_batch: int | None = None  # None: no batch ran in this run's part of the epoch
+        self.validated = False  # whether a validation ended in this epoch: else the val/ values are an earlier one's
 
     def disable(self) -> None:
         self.enabled = False
@@ -141,12 +144,17 @@ class PlainProgress(ProgressBar):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch_started, self.last_line, self.first_batch = time.monotonic(), 0.0, None
+        self.last_batch, self.validated = None, False
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.validated = self.validated or not trainer.sanity_checking
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
         self.first_batch = batch_idx if self.first_batch is None else self.first_batch
+        self.last_batch = batch_idx
         if step % self.every_n_steps or (self.last_line and time.monotonic() - self.last_line < self.min_seconds):
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -157,9 +165,17 @@ class PlainProgress(ProgressBar):
         self._print(trainer, f"{self._epoch(trainer)}  batch {batches}  step {step}{shown}  {rate:.1f} batches/s")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        shown = "  ".join(f"{k}={v:.4f}" for k, v in epoch_metrics(trainer.callback_metrics).items())
+        metrics = epoch_metrics(trainer.callback_metrics)
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if self.validated or not k.startswith("val/"))
         took = time.monotonic() - self.epoch_started
-        self._print(trainer, f"{self._epoch(trainer)} done in {took:.0f} s, step {trainer.global_step}: {shown}")
+        total, step = self.total_train_batches, trainer.global_step
+        if self.last_batch is None or not isinstance(total, int) or self.last_batch + 1 >= total:
+            self._print(trainer, f"{self._epoch(trainer)} done in {took:.0f} s, step {step}: {shown}")
+            return
+        # cut short: by the step budget, or by a stop (a signal's save, a sweep's pruning)
+        by = f" by --max-steps={trainer.max_steps}" if 0 <= trainer.max_steps <= step else ""  # -1: no budget
+        stopped = f"stopped at batch {self.last_batch + 1}/{total}{by}"
+        self._print(trainer, f"{self._epoch(trainer)} {stopped} in {took:.0f} s, step {step}: {shown}")
 
 
 def epoch_metrics(metrics: dict[str, Any]) -> dict[str, float]:
