@@ -54,6 +54,14 @@ def check_path(option: str, value: str | None) -> None:
         raise ConfigError(option, f"the full path is over the limit of {PATH_MAX} bytes; give a shorter one")
 
 
+def as_flag(name: str, value: Any) -> str:
+    """The flag that gives option `name` its `value`: `--lr 0.01`, `--no-ema`, `--max-steps none`."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else flag.replace("--", "--no-", 1)
+    return f"{flag} {'none' if value is None else value}"
+
+
 def parse_every(text: str) -> tuple[int | None, float | None]:
     """'30min' -> (None, 1800.0), '500steps' -> (500, None), '1h,200steps' -> (200, 3600.0), 'off' -> (None, None)."""
     steps: int | None = None

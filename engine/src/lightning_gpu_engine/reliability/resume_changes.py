@@ -10,16 +10,26 @@ lists the same decisions; the engine's tests/test_resume_changes.py checks that 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Collection
 from typing import Any
 
 import lightning as L
+from lightning.fabric.utilities.data import AttributeDict
 from lightning.pytorch.callbacks import Callback
 
 from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.config.values import ConfigError, parse_betas
+from lightning_gpu_engine.config.values import ConfigError, as_flag, parse_betas
 from lightning_gpu_engine.module import EngineModule, engine_built_optimizer
+from lightning_gpu_engine.reliability.global_batch import check_global_batch, move_position
+from lightning_gpu_engine.reliability.own_optimizers import (
+    ENGINE_OPTIMIZER,
+    LENGTH,
+    ReadsNoted,
+    builds_its_own,
+    check_fixed_ends,
+    ignored_options,
+    keep_recorded,
+)
 from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, saved_record
 
 # What a change would silently alter, were it accepted. A task's options are refused too unless it says otherwise.
@@ -39,11 +49,8 @@ HONOURED = {
     "warmup_fraction": SCHEDULE,
     "ema_decay": "the average continues with it from the current step",
 }
-# What EngineModule's optimizer and schedule are made of. A module that builds its own optimizers (its own
-# configure_optimizers) uses none of them as the engine would: its saved state comes back exactly as saved
-ENGINE_OPTIMIZER = ("lr", "weight_decay", "muon_lr", "betas", "warmup_fraction")
-# The run's length, which EngineModule's schedule follows, and a module's own schedulers may not
-LENGTH = ("max_epochs", "max_steps")
+# A module that builds its own optimizers uses none of ENGINE_OPTIMIZER as the engine would: its saved state comes
+# back exactly as saved; and the run's LENGTH only where its schedulers can go on (own_optimizers.py)
 OWN_LENGTH = "the run goes on to it; the module's own schedulers go on from their saved state"
 # Honoured while their product, the global batch, stays the same: the schedule and the epoch are counted in its steps
 GLOBAL_BATCH = ("batch_size", "accumulate_grad_batches", "devices", "num_nodes")
@@ -77,6 +84,7 @@ FREE = (
     "profile",
 )
 TASK_OPTION = "it is one of the task's options, which the checkpoint was trained with"
+COUNTS = ("world_size", "train_items", "train_batches")  # what RunRecord saves beside the options
 
 
 def recorded_options(checkpoint: dict[str, Any], names: Collection[str] = ()) -> dict[str, Any]:
@@ -85,13 +93,6 @@ def recorded_options(checkpoint: dict[str, Any], names: Collection[str] = ()) ->
     hparams = {**(checkpoint.get("datamodule_hyper_parameters") or {}), **(checkpoint.get("hyper_parameters") or {})}
     known = {*Config.__dataclass_fields__, *names}
     return {**{k: v for k, v in hparams.items() if k in known}, **saved_record(checkpoint)}
-
-
-def as_flag(name: str, value: Any) -> str:
-    flag = "--" + name.replace("_", "-")
-    if isinstance(value, bool):
-        return flag if value else flag.replace("--", "--no-", 1)
-    return f"{flag} {'none' if value is None else value}"
 
 
 def keep_batch_size(cfg: Config, checkpoint: dict[str, Any]) -> list[str]:
@@ -108,6 +109,7 @@ def check_changes(checkpoint: dict[str, Any], cfg: Config, opts: Any, task: Task
     new = {**dataclasses.asdict(cfg), **dataclasses.asdict(opts)}
     old = recorded_options(checkpoint, new)
     own = [f.name for f in dataclasses.fields(opts)]
+    check_same_task(checkpoint, own, task)
     refused = {**REFUSED, **task.refused_on_resume}
     refused |= {n: TASK_OPTION for n in own if n not in {*refused, *task.honoured_on_resume, *task.free_on_resume}}
     for name, why in refused.items():
@@ -128,10 +130,25 @@ def check_changes(checkpoint: dict[str, Any], cfg: Config, opts: Any, task: Task
     return notes + check_global_batch(old, cfg, world_size)
 
 
+def check_same_task(checkpoint: dict[str, Any], own: Collection[str], task: Task) -> None:
+    """Another task's checkpoint, refused as predict.py and generate.py refuse it: its record names options this task
+    has not, and lacks some of this task's (an option added to the task since, or one dropped, is not enough)."""
+    theirs = set(saved_record(checkpoint)) - {*Config.__dataclass_fields__, *COUNTS}
+    unknown, missing = theirs - set(own), set(own) - theirs
+    if unknown and missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(unknown))
+        raise ConfigError(
+            "resume",
+            f"the checkpoint is not a checkpoint of {task.name} (another task's?): it was trained with {flags}, "
+            f"options this task has not; give one of its own, {AFRESH}",
+        )
+
+
 def optimizer_changes(checkpoint: dict[str, Any], cfg: Config, model: L.LightningModule) -> list[str]:
     """Once the module is built, the changed options of ENGINE_OPTIMIZER and LENGTH: honoured for the engine's
     optimizer and schedule; for a module's own, whose param groups and schedulers come back as saved, said to be
-    ignored (the length is honoured, as the run's)."""
+    ignored and given the checkpoint's values back, and the length honoured, as the run's, where its schedulers can
+    go on to it."""
     new = dataclasses.asdict(cfg)
     old = recorded_options(checkpoint, new)
     mine = [name for name in HONOURED if name in (*ENGINE_OPTIMIZER, *LENGTH)]
@@ -139,42 +156,16 @@ def optimizer_changes(checkpoint: dict[str, Any], cfg: Config, model: L.Lightnin
     if engine_built_optimizer(model):
         said = [f"instead of the checkpoint's {old[name]}: {HONOURED[name]}" for name in changed]
     else:
-        own = f"{type(model).__name__} builds its own optimizers, whose saved state comes back as it was saved"
+        check_fixed_ends(checkpoint, old, cfg, model)  # before any line says that they go on
+        own = f"{builds_its_own(model)}, whose saved state comes back as it was saved"
         said = [
             f"instead of the checkpoint's {old[name]}: {OWN_LENGTH}"
             if name in LENGTH
             else f"is ignored (the checkpoint's was {old[name]}): {own}"
             for name in changed
         ]
+        keep_recorded(cfg, model, {name: old[name] for name in changed if name not in LENGTH})
     return [f"{as_flag(name, new[name])} {words}" for name, words in zip(changed, said, strict=True)]
-
-
-def check_global_batch(old: dict[str, Any], cfg: Config, world_size: int) -> list[str]:
-    """batch size x devices x accumulation may be split anew, but its product must stay: the steps count in it."""
-    # A checkpoint without a record (an older one) says only its batch size: the rest is taken as unchanged
-    before = (
-        old["batch_size"],
-        old.get("world_size", world_size),
-        old.get("accumulate_grad_batches", cfg.accumulate_grad_batches),
-    )
-    after = (cfg.batch_size, world_size, cfg.accumulate_grad_batches)
-    if before == after:
-        return []
-    split = "{} per device x {} devices x {} accumulated".format
-    if math.prod(before) == math.prod(after):
-        return [
-            f"{split(*after)} instead of the checkpoint's {split(*before)}: the same global batch of "
-            f"{math.prod(after)}; the place in the epoch is converted into samples seen, so none is skipped or repeated"
-        ]
-    name = "batch_size" if before[0] != after[0] else "accumulate_grad_batches" if before[2] != after[2] else "devices"
-    per_device, rest = divmod(math.prod(before), world_size * cfg.accumulate_grad_batches)
-    keep = f"e.g. --batch-size {per_device}" if per_device and not rest else f"as it was ({split(*before)})"
-    raise ConfigError(
-        name,
-        f"the checkpoint was trained with a global batch of {math.prod(before)} ({split(*before)}), not "
-        f"{math.prod(after)} ({split(*after)}); the schedule and the place in the epoch are counted in its steps: keep "
-        f"it, {keep}, {AFRESH}",
-    )
 
 
 class RunRecord(Callback):
@@ -184,8 +175,24 @@ class RunRecord(Callback):
     dictionary, so what is changed here is what they restore.
     """
 
-    def __init__(self, cfg: Config, opts: Any, world_size: int) -> None:
-        self.cfg, self.opts, self.world_size = cfg, opts, world_size
+    def __init__(self, cfg: Config, opts: Any, world_size: int, task: Task) -> None:
+        self.cfg, self.opts, self.world_size, self.task = cfg, opts, world_size, task
+        self.resumed = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        own = stage == "fit" and not engine_built_optimizer(pl_module)
+        if own and isinstance(pl_module.hparams, AttributeDict):  # what its configure_optimizers reads of them
+            pl_module._hparams = ReadsNoted(pl_module.hparams)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """On a fresh run, the engine's options given that a module's own optimizers ignore, said in one line."""
+        hparams = pl_module.hparams
+        if not isinstance(hparams, ReadsNoted):
+            return
+        pl_module._hparams = AttributeDict(hparams)  # read as the optimizers were built; saved as a plain one
+        said = ignored_options(self.cfg, self.task, pl_module, trainer.optimizers, hparams.read)
+        if said is not None and not self.resumed and trainer.is_global_zero:  # a resume says each change itself
+            print(f"warning: {said}", flush=True)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         loader = trainer.train_dataloader
@@ -198,28 +205,10 @@ class RunRecord(Callback):
         }
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        self._move_position(checkpoint, recorded_options(checkpoint))
+        self.resumed = True
+        move_position(checkpoint, recorded_options(checkpoint), self.cfg.batch_size, self.world_size)
         if engine_built_optimizer(pl_module):  # a module's own optimizers are its own: restored as saved
             self._rescale_optimizer(checkpoint, trainer, pl_module)
-
-    def _move_position(self, checkpoint: dict[str, Any], old: dict[str, Any]) -> None:
-        """The loader's place, counted in old batches, as new ones: the epoch's order is one permutation for all
-        batch sizes and device counts, so the samples seen are a prefix of it, a whole number of new batches."""
-        position = (checkpoint.get("exact_resume") or {}).get("train_loader")
-        before = old["batch_size"] * old.get("world_size", self.world_size)
-        after = self.cfg.batch_size * self.world_size
-        if position is None or before == after:
-            return
-        done = position["batches_done"]
-        if done >= old.get("train_batches", math.inf):  # at the epoch's end: at the end of the new epoch too
-            moved = math.ceil(old["train_items"] / self.world_size) // self.cfg.batch_size
-        else:
-            moved = done * before // after
-        position["batches_done"] = moved
-        # Lightning counts the epoch's batches too: it ends the epoch, and steps the optimizer, by that count
-        current = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
-        for key, value in current.items():
-            current[key] = max(0, value + moved - done)
 
     def _rescale_optimizer(self, checkpoint: dict[str, Any], trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The saved state of EngineModule's optimizer and schedule holds the old peak rate, weight decay and betas;
