@@ -39,6 +39,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
 
     from lightning_gpu_engine.build.launchers import check_launcher, launched_as_global_zero
     from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units
+    from lightning_gpu_engine.checkpoint.averaged import UseTheAverage
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, check_same_network
     from lightning_gpu_engine.checkpoint.saving import resume_path
     from lightning_gpu_engine.checkpoint.sharded import check_format
@@ -102,7 +103,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         trainer = build_trainer(
             cfg, hw, wrap=wrap, logger_version=logger_version, task=task, resumed_step=saved.get("global_step")
         )
-        trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size))  # type: ignore[attr-defined]  # for --resume
+        trainer.callbacks.append(RunRecord(cfg, opts, hw.world_size, task))  # type: ignore[attr-defined]  # for --resume
+        trainer.callbacks.insert(0, UseTheAverage())  # type: ignore[attr-defined]  # the test's weights: --ema's average
         if cache is not None:  # saves the graphs compiled in this run for the next
             trainer.callbacks.append(cache)  # type: ignore[attr-defined]
         return _fit_and_test(task, cfg, opts, hw, trainer, model, datamodule, ckpt)
@@ -137,7 +139,12 @@ def _fit_and_test(
     # A path, never None where there is one: under SLURM Lightning would test the newest hpc_ckpt_N.ckpt, however old
     last = last_path(cfg.output_dir)
     tested = best or (str(last) if last.exists() and not cfg.fast_dev_run else None)
-    with explain_failures(cfg, trainer, datamodule, task.unit):  # a stop during the test too: its own line and code
+    with (
+        explain_failures(cfg, trainer, datamodule, task.unit),  # a stop during the test too: its own line and code
+        warnings.catch_warnings(),  # an averaging callback finds only the average there (UseTheAverage), as meant
+    ):
+        warnings.filterwarnings("ignore", "The checkpoint was not created with WeightAveraging", UserWarning)
+        warnings.filterwarnings("ignore", "You're using the WeightAveraging callback, but loading", UserWarning)
         trainer.test(model, datamodule=datamodule, ckpt_path=tested, weights_only=True)
     metrics = {**fit_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}}
     if best is not None and checkpoint.best_model_score is not None:  # None: resumed from another run's checkpoint

@@ -13,6 +13,7 @@ import lightning as L
 import torch
 from torch.distributed.checkpoint import CheckpointException
 
+from lightning_gpu_engine.checkpoint.averaged import drop_training_copy
 from lightning_gpu_engine.checkpoint.sharded import is_sharded
 from lightning_gpu_engine.checkpoint.sharded_read import damage, read_sharded
 from lightning_gpu_engine.config.values import ConfigError
@@ -37,7 +38,8 @@ def check_checkpoint(
 
     Lightning is asked to load with weights_only=True, which never unpickles code; this reads the file the same way
     first, so each refusal is one line (blaming --`option`) instead of a traceback from inside `fit`. `training`:
-    it must hold the optimizer and loop state to continue from, not only weights. Returns the (memory-mapped) contents;
+    it must hold the optimizer and loop state to continue from, not only weights; without it, the raw weights kept
+    beside an average are left out (`averaged.drop_training_copy`). Returns the (memory-mapped) contents;
     of a sharded folder without `tensors`, meta tensors of the saved shapes (what the checks read: a resume loads the
     shards itself, each rank its own).
     """
@@ -90,6 +92,8 @@ def check_checkpoint(
         )
     if model is not None:
         check_same_network(path, checkpoint, model, option)
+    if not training:  # a tool's: the weights it uses are the average, where --ema kept one
+        drop_training_copy(checkpoint)
     return checkpoint
 
 
