@@ -20,7 +20,8 @@ ENGINE_PY = "import lightning_gpu_engine as _engine\n_engine.alias_engine(__name
 
 
 def test_the_guides_table_is_the_one_the_alias_follows() -> None:
-    rows = re.findall(r"^\| `<package>\.engine\.(\w+)` \| `lightning_gpu_engine\.([\w.]+)` \|$", guide("layout"), flags=re.M)
+    row = r"^\| `<package>\.engine\.(\w+)` \| `lightning_gpu_engine\.([\w.]+)` \|$"
+    rows = re.findall(row, guide("layout"), flags=re.M)
     assert dict(rows) == MOVED
 
 
