@@ -10,12 +10,13 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 
 import lightning_gpu_engine
 from lightning_gpu_engine import main
@@ -27,6 +28,8 @@ from lightning_gpu_engine.testing.fixtures import (
     references,
 )
 from lightning_gpu_engine.testing.processes import Launch, run_script
+from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
+from lightning_gpu_engine.testing.script_runs import first_difference, validations
 
 __all__ = ["master_port", "multiprocess_tests_one_at_a_time", "private_caches", "references"]
 DOCS = Path(lightning_gpu_engine.__file__).with_name("docs")  # the guide, as installed with this version
@@ -132,3 +135,26 @@ def signalling_task(
     holds; run it with `run_toy(script, ..., new_session=True)`."""
     script.write_text(SIGNALS_ITSELF.format(program=str(my_task), hook=hook, condition=condition, signum=int(signum)))
     return script
+
+
+def uninterrupted(references: ReferenceRuns, program: Path, args: Sequence[str], into: Path) -> Path:
+    """`python PROGRAM ARGS` never stopped, its output folder copied to `into`: trained once a session, whichever test
+    compares against it first."""
+    command = [sys.executable, str(program), *args, "--output-dir={out}"]
+    references.copy(command, {"out": into}, program.parent, processes.script_env(program.parent))
+    return into
+
+
+# What a resumed run ends with that must be the uninterrupted run's: the loops hold the epoch, batch, optimizer-step
+# and validation counters, exact_resume the random generators and the loader's place in its epoch
+ENDS_ALIKE = ("global_step", "epoch", "loops", "state_dict", "optimizer_states", "lr_schedulers", "exact_resume")
+
+
+def assert_ended_alike(want: Path, got: Path, after: str) -> None:
+    """The run in output folder `got`, stopped `after` and resumed, ended as the uninterrupted one in `want`: each of
+    ENDS_ALIKE in its last.ckpt bit for bit, and the same validations (validation.jsonl)."""
+    ends = [torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True) for out in (want, got)]
+    for part in ENDS_ALIKE:
+        where = first_difference(ends[0][part], ends[1][part])
+        assert where is None, f"{part}{where or ''} differs from the uninterrupted run's after a stop {after}"
+    assert validations(got) == validations(want), f"the validations differ after a stop {after}"

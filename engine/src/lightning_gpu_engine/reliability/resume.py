@@ -68,8 +68,10 @@ class ExactResume(Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._saved = checkpoint.get("exact_resume")
         continue_the_cut_epoch(checkpoint)  # Lightning restores the loops from this dict after this hook
+        start_the_next_epoch(trainer, checkpoint)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.fit_loop.__dict__.pop("_iteration_based_training", None)  # the restore is over (start_the_next_epoch)
         if self._saved is None:
             return
         saved, self._saved = self._saved, None
@@ -93,3 +95,20 @@ def continue_the_cut_epoch(checkpoint: dict[str, Any]) -> None:
             return  # not saved at an epoch's end
     for counts in (epochs["total"], epochs["current"]):
         counts["processed"] -= 1
+
+
+def start_the_next_epoch(trainer: L.Trainer, checkpoint: dict[str, Any]) -> None:
+    """A checkpoint saved once an epoch's training had ended starts the next epoch, whatever the budget.
+
+    Two saves are taken there: the epoch end's (its `on_train_epoch_end`), and a stop's in the epoch's last batch,
+    which Lightning raises after the epoch's end (its counters say the epoch completed). On --max-epochs alone
+    Lightning starts the next epoch from either. With --max-steps it restarts its loops regardless (Lightning
+    #19617): the ended epoch is run once more with no batch left in it, counted again, and every later epoch is
+    shuffled as the one after it, in silence. Lightning decides that as it restores the loops, after this hook and
+    before any other, by asking whether training counts in steps; here it is told no, until training starts."""
+    fit = (checkpoint.get("loops") or {}).get("fit_loop")
+    if not fit:
+        return
+    epochs = fit["epoch_progress"]["total"]
+    if epochs["ready"] == epochs["started"] == epochs["processed"]:  # the epoch's batches, and its end, are done
+        trainer.fit_loop._iteration_based_training = lambda: False  # type: ignore[method-assign]
