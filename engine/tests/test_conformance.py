@@ -70,11 +70,26 @@ BROKEN_PROMISES = {
         "test_compile_captures_the_networks_and_does_not_recompile_after_the_first_step",
         r"compile: the network was compiled again in training step 2, after the first \(.*\.by == 1",
     ),
+    "plain_tensor_state.py": (
+        "test_sigkill_after_a_periodic_checkpoint_then_resume_last_ends_bit_identical",
+        r"resume: the module's tensor \['target_mean'\] differs on rank 0 after SIGKILL after the periodic "
+        r"checkpoint of step 2 \+ --resume last: something random or stateful outside the checkpoint",
+    ),
+    "unsaved_count.py": (
+        "test_sigterm_at_an_epochs_last_batch_and_the_next_ones_first_then_resume_ends_bit_identical",
+        r"resume: train/batches_trained logged 1\.0 at the logger's step 4, not 5\.0 at the logger's step 4, after "
+        r"SIGTERM at step 4 \(the first epoch's last batch\) and SIGTERM at step 5 \(the second epoch's first\), each "
+        r"\+ --resume last",
+    ),
 }
 
 
 # A parametrized check, called here in its default file format, on one rank
-ARGUMENTS = {"test_sigterm_then_resume_last_ends_bit_identical": {"saving": (), "ranks": 1}}
+ARGUMENTS = {
+    "test_sigterm_then_resume_last_ends_bit_identical": {"saving": (), "ranks": 1},
+    "test_sigkill_after_a_periodic_checkpoint_then_resume_last_ends_bit_identical": {"ranks": 1},
+    "test_sigterm_at_an_epochs_last_batch_and_the_next_ones_first_then_resume_ends_bit_identical": {"ranks": 1},
+}
 
 
 @pytest.mark.parametrize("broken", sorted(BROKEN_PROMISES))

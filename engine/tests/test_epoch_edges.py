@@ -34,11 +34,22 @@ EDGES = {
         9,
     ),
     "by a kill after an epoch's end": (BATCH_START, "trainer.current_epoch == 2 and batch_idx == 1", signal.SIGKILL, 8),
+    # --checkpoint-every 4steps falls due at each epoch's last batch: saved after the validation, at the epoch's end
+    "by a kill in the validation after a save due at the epoch's last batch": (
+        "on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0)",
+        "not trainer.sanity_checking and trainer.global_step == 8",
+        signal.SIGKILL,
+        4,
+    ),
 }
 # --max-steps 12 ends inside the 10 epochs the engine defaults to; --val-every 2 validates at each epoch's end too.
 # The last batch on every budget: there the stop saves after the epoch's end, which Lightning restores by the budget.
 CASES = [
-    *((edge, ["--max-steps=12"]) for edge in EDGES),
+    *((edge, ["--max-steps=12"]) for edge in EDGES if "save due" not in edge),
+    (
+        "by a kill in the validation after a save due at the epoch's last batch",
+        ["--max-steps=12", "--checkpoint-every=4steps"],
+    ),
     ("by a kill after an epoch's end", ["--max-epochs=3"]),
     ("in an epoch's last batch", ["--max-epochs=3"]),
     ("in an epoch's last batch", ["--max-steps=12", "--val-every=2"]),

@@ -1,7 +1,9 @@
 """Module shapes beside the guide's regressor pass the whole conformance suite, on 1 and 2 ranks: a GAN in
-Lightning's basic-GAN shape (manual optimization, two Adams, two networks in a ModuleDict, no loss returned) and an
-LSTM forecaster with its own configure_optimizers, which declares compile off. The suite, on a GAN whose resume a
-planted defect changes, blames the engine."""
+Lightning's basic-GAN shape (manual optimization, two Adams, two networks in a ModuleDict, no loss returned), an
+LSTM forecaster with its own configure_optimizers, which declares compile off, and a DDPM that keeps an average of its
+weights in its own on_train_batch_end, with its own AdamW, a per-step cosine and two validation loaders. The suite, on
+a GAN whose resume a planted defect changes, blames the engine; on the DDPM saved in Lightning's own callback order,
+before the module's hook, it fails the hard kill."""
 
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ class TestTheGan(TaskConformance):
         planted.write_text(PLANTED.format(gan=str(runs.script)))
         broken = ConformanceRuns(planted, self.tiny, tmp_path / "runs", self.timeout)
         broken.done["tiny"] = runs.tiny()  # the uninterrupted run loads nothing: the GAN's own serves
-        (broken.tmp / "tiny").symlink_to(runs.tmp / "tiny")
+        for name in ("tiny", "tiny.dump"):
+            (broken.tmp / name).symlink_to(runs.tmp / name)
         changed = r"resume: optimizer 0, param group 0: weight_decay is 0\.05, not 0 after SIGTERM \+ --resume last: "
         engine = "the checkpoint load changed a value it saved. That is the engine's doing"
         with pytest.raises(AssertionError, match=f"^{changed}{engine}"):
@@ -58,3 +61,34 @@ class TestTheLstmForecaster(TaskConformance):
     script = str(TEAM / "sequence.py")
     tiny = ("--samples", "64", "--window", "6", "--hidden", "4", "--max-steps", "6")
     bad = ("--window", "0")
+
+
+# The engine's saves in Lightning's own order, each before the module's hook of its moment: the order that lost the
+# DDPM's last update of its average to a hard kill
+LIGHTNINGS_ORDER = """
+import runpy
+from lightning_gpu_engine.checkpoint.after_hooks import SaveAfterHooks
+
+SaveAfterHooks.on_fit_start = lambda self, trainer, pl_module: None
+runpy.run_path({ddpm!r}, run_name="__main__")
+"""
+
+
+class TestTheDiffusionModel(TaskConformance):
+    script = str(TEAM / "ddpm.py")
+    # 64 points in batches of 16: 4 steps an epoch (on 2 ranks, batches of 8), validated on both loaders, then 2 more
+    tiny = ("--samples", "64", "--hidden", "8", "--timesteps", "8", "--max-steps", "6")
+    bad = ("--timesteps", "0")
+
+    def test_saved_before_its_own_hook_the_average_fails_the_hard_kill(
+        self, runs: ConformanceRuns, tmp_path: Path
+    ) -> None:
+        planted = tmp_path / "ddpm_in_lightnings_order.py"
+        planted.write_text(LIGHTNINGS_ORDER.format(ddpm=str(runs.script)))
+        broken = ConformanceRuns(planted, self.tiny, tmp_path / "runs", self.timeout)
+        broken.done["tiny"] = runs.tiny()  # uninterrupted, each save's moment changes nothing: the DDPM's own serves
+        for name in ("tiny", "tiny.dump"):
+            (broken.tmp / name).symlink_to(runs.tmp / name)
+        lost = r"resume: buffer ema\S* differs after SIGKILL after the periodic checkpoint of step 2 \+ --resume last"
+        with pytest.raises(AssertionError, match=f"^{lost}"):
+            self.test_sigkill_after_a_periodic_checkpoint_then_resume_last_ends_bit_identical(ranks=1, runs=broken)

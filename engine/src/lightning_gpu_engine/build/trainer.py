@@ -18,6 +18,7 @@ from lightning_gpu_engine.build.loggers import build_logger
 from lightning_gpu_engine.build.sharding import FullyShard
 from lightning_gpu_engine.build.steps import count_batches
 from lightning_gpu_engine.build.validation import validate_every
+from lightning_gpu_engine.checkpoint.after_hooks import SaveAfterHooks
 from lightning_gpu_engine.checkpoint.callbacks import PeriodicCheckpoint, RunCheckpoint
 from lightning_gpu_engine.checkpoint.saving import AtomicCheckpointIO, EveryRankWrites, last_path
 from lightning_gpu_engine.config.options import Config
@@ -33,6 +34,7 @@ from lightning_gpu_engine.perf.monitors import (
 from lightning_gpu_engine.perf.networks import CompileNetworks
 from lightning_gpu_engine.perf.promises import RunPromises
 from lightning_gpu_engine.reliability.guards import FiniteLossGuard
+from lightning_gpu_engine.reliability.loader_metrics import SeparateLoaderMetrics
 from lightning_gpu_engine.reliability.metric_state import MetricStateResume
 from lightning_gpu_engine.reliability.resume import ExactResume
 from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
@@ -120,8 +122,10 @@ def build_callbacks(cfg: Config, task: Task | None = None, compiles: bool = Fals
         # and mid-epoch every --checkpoint-every, the most a hard kill (OOM killer, node loss) can lose
         PeriodicCheckpoint(last_path(cfg.output_dir), every_steps, every_seconds, cfg.log_every_n_steps, cfg.val_every),
         StopOnSignal(last_path(cfg.output_dir)),  # and after a Ctrl-C, SIGTERM, SIGHUP or SIGUSR1, mid-epoch
+        SaveAfterHooks(),  # each save after the module's own hooks of its moment too (an average it keeps itself)
         ExactResume(),  # so that resuming from it gives the very weights an uninterrupted run would have
         MetricStateResume(),  # and the epoch metrics it would report (the counts so far, on every rank)
+        SeparateLoaderMetrics(),  # and each validation loader's own values of a metric logged from several
         FiniteLossGuard(every_n_steps=cfg.log_every_n_steps),  # and never with the weights a nan loss left
         LearningRateMonitor(logging_interval="step"),
         # Lightning's ThroughputMonitor and RichProgressBar, but reading the GPU only on logging steps (monitors.py)

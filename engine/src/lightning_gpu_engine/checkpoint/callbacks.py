@@ -38,8 +38,11 @@ class PeriodicCheckpoint(Checkpoint):
     Steps are counted alike on every rank. Time is read on rank 0, and only on logging steps under DDP, where the
     ranks then agree by one broadcast: asking every step would make every step wait for the slowest rank. A save due
     at a step that `val_every` (--val-every) validates at waits for that validation's end: resumed from a save before
-    it, Lightning would take the validation as done, and the best checkpoint would never see its score. As a
-    `Checkpoint`, Lightning runs it after the ModelCheckpoints, so the save holds what they made of the validation.
+    it, Lightning would take the validation as done, and the best checkpoint would never see its score. One due at an
+    epoch's last batch waits for the epoch's end, after its validation: killed in that validation, a run resumed from
+    a save before it took the epoch as over, and skipped the validation and the epoch's end. As a
+    `Checkpoint`, Lightning runs it after the ModelCheckpoints, so the save holds what they made of the validation,
+    and `SaveAfterHooks` runs it after the module's own hook of that moment (after_hooks.py).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class PeriodicCheckpoint(Checkpoint):
         self.last_saved = time.monotonic()
         self.seen_step = -1
         self.after_validation = False
+        self.at_epoch_end = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.last_saved, self.seen_step = time.monotonic(), trainer.global_step
@@ -73,7 +77,9 @@ class PeriodicCheckpoint(Checkpoint):
         if self.every_seconds is not None and not due and ask_clock:
             late = time.monotonic() - self.last_saved >= self.every_seconds
             due = bool(trainer.strategy.broadcast(late)) if trainer.world_size > 1 else late
-        if due and self.val_every and step % self.val_every == 0 and trainer.enable_validation:
+        if due and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            self.at_epoch_end = True
+        elif due and self.val_every and step % self.val_every == 0 and trainer.enable_validation:
             self.after_validation = True
         elif due:
             trainer.save_checkpoint(self.path, weights_only=False)
@@ -82,6 +88,11 @@ class PeriodicCheckpoint(Checkpoint):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.after_validation and not trainer.sanity_checking:
             self.after_validation = False
+            trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.at_epoch_end:
+            self.at_epoch_end = False
             trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

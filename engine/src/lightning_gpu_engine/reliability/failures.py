@@ -35,7 +35,21 @@ def explain_failures(
     try:
         yield
     except ConfigError as err:
-        fail(str(err))
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        if stop is None or not stop.saved:
+            fail(str(err))
+        # the next batch's read failed (an outage): the step before was saved, and a stop noted meanwhile is honoured
+        print(f"error: {err}", file=sys.stderr)
+        signum, where = stop.signum or 0, stop.path
+        step = trainer.global_step
+        if signum:
+            said = (
+                f"stopped by {signal.Signals(signum).name} at step {step}: saved {where}; continue with --resume last"
+            )
+        else:
+            said = f"step {step}, the last one done, is saved in {where}: --resume last continues from it"
+        print(said, file=sys.stderr)
+        raise SystemExit(128 + signum if signum else 2) from None
     except (NonFiniteLossError, NonFiniteWeightsError) as err:
         last = last_path(cfg.output_dir)
         kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
@@ -75,6 +89,7 @@ def explain_failures(
                 file=sys.stderr,
             )
         elif trainer.is_global_zero:
-            saved = f"saved {stop.path}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
+            where = stop.path if stop else ""
+            saved = f"saved {where}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
             print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
         raise SystemExit(128 + signum) from None

@@ -82,9 +82,12 @@ class Waiting:
     """Whether the main process is waiting for loader workers to hand it the next training batch (`waiting_for`).
     There it holds nothing half-done: no batch is being read in it, and the step before is complete. A read from
     object storage can stall for minutes (object_storage.py), so a stop signal noted there is acted on at once
-    (stop_on_signal.py) instead of after the read's time limit, which a scheduler's grace period may not outlast."""
+    (stop_on_signal.py) instead of after the read's time limit, which a scheduler's grace period may not outlast;
+    and one noted since the step's agreement, as a wait begins (`begins`): else the read's outage ended the run
+    unsaved, exit 2."""
 
     now = False
+    begins: Callable[[], None] | None = None  # StopOnSignal's, while it trains
 
 
 # Where a worker's batch is handed over: the main process fetches each tensor's file descriptor from the worker over a
@@ -109,6 +112,8 @@ def handing_over(frame: FrameType | None) -> bool:
 def waiting_for() -> Iterator[None]:
     Waiting.now = True
     try:
+        if Waiting.begins is not None:
+            Waiting.begins()
         yield
     finally:
         Waiting.now = False

@@ -16,6 +16,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, Waiting, handing_over
 
 
@@ -53,6 +54,7 @@ class StopOnSignal(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._step, self._stepped = trainer.global_step, False
         self._alone = trainer.world_size == 1
+        Waiting.begins = self._act_if_noted
         if self._install():
             also = ", SIGUSR1 too" if signal.getsignal(signal.SIGUSR1) == self._note else ""
             rank_zero_info(
@@ -76,6 +78,16 @@ class StopOnSignal(Callback):
         if Waiting.now and self._alone and self._stepped and not handing_over(frame):
             self._stopping = True
             raise SIGTERMException  # on_exception saves
+
+    def _act_if_noted(self) -> None:
+        """A wait for the next batch begins (signals.Waiting): a stop noted after this step's agreement, by a later
+        callback of the step say, stops here, before the read, which may be an outage's."""
+        if self.signum and self._alone and self._stepped and not self._stopping:
+            self._stopping = True
+            raise SIGTERMException  # on_exception saves
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Waiting.begins = None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -116,7 +128,12 @@ class StopOnSignal(Callback):
         trainer._signal_connector.received_sigterm = self._stopping
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        Waiting.begins = None
         fitting = trainer.state.fn == TrainerFn.FITTING  # a test holds the tested weights, not the run's
-        if isinstance(exception, SIGTERMException) and fitting and trainer.global_step > 0:
+        # A data failure told in one line (an object store's outage) while the next training batch was read: the step
+        # before is complete, so it is saved, and --resume last loses nothing; a stop noted meanwhile is honoured too
+        reading = not (trainer.validating or trainer.sanity_checking) and self._alone and self._stepped
+        failed_reading = isinstance(exception, ConfigError) and reading
+        if (isinstance(exception, SIGTERMException) or failed_reading) and fitting and trainer.global_step > 0:
             trainer.save_checkpoint(self.path, weights_only=False)
             self.saved = True

@@ -8,8 +8,10 @@
 Every check runs the task's own script in a process of its own on the CPU (forked warm: testing/warm_starts.py), and a
 failure names the promise it broke.
 One uninterrupted tiny run, and its twin on two DDP ranks, are shared by the checks that read a finished run, and are
-what a stopped and resumed run must equal: step, weights, optimizer and scheduler states, metrics and validations.
-`tiny` needs a few training steps and a validation; the first epoch must outlast its first step.
+what a stopped or killed and resumed run must equal (same_end.py): step, weights and buffers, optimizer and scheduler
+states, every tensor the module holds, metrics, validations and logged values. The runs are watched (watched.py):
+each rank's tensors at the end of fit are saved, and a run pauses for a SIGKILL, or signals itself, at a chosen step.
+`tiny` needs a few training steps and a validation, a first epoch of 3 steps or more, and a second epoch.
 """
 
 from __future__ import annotations
@@ -20,20 +22,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-import torch
 
+from lightning_gpu_engine.testing.same_end import assert_resumed_like, why_differs
 from lightning_gpu_engine.testing.script_runs import (
     SUMMARY,
     ConformanceRuns,
-    changed_setting,
+    Ended,
     compile_off,
-    first_difference,
     hardware_line,
     help_entries,
     last_checkpoint,
-    summary_metrics,
+    steps_per_epoch,
     tail,
-    validations,
     warned,
 )
 
@@ -55,7 +55,11 @@ class TaskConformance:
     bad: ClassVar[tuple[str, str]]  # an option and a value the task refuses
     timeout: ClassVar[float] = 600  # seconds a single run may take before it counts as hung
     # the checks that start several processes: a suite sharing its cores can run them one at a time
-    multiprocess_checks: ClassVar[tuple[str, ...]] = ("test_two_devices_train_with_ddp_on_cpu",)
+    multiprocess_checks: ClassVar[tuple[str, ...]] = (
+        "test_two_devices_train_with_ddp_on_cpu",
+        "test_sigkill_after_a_periodic_checkpoint_then_resume_last_ends_bit_identical",
+        "test_sigterm_at_an_epochs_last_batch_and_the_next_ones_first_then_resume_ends_bit_identical",
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -138,8 +142,7 @@ class TaskConformance:
         self, saving: tuple[str, ...], ranks: int, runs: ConformanceRuns
     ) -> None:
         layout = runs.two_ranks() if ranks == 2 else ()
-        reference, folder = runs.uninterrupted(ranks)
-        whole = last_checkpoint(folder)
+        whole = runs.uninterrupted(ranks)
         for attempt in range(STOP_ATTEMPTS):  # the stop lands where the run is when it arrives: mid-epoch, or retry
             out = runs.tmp / f"stopped{'-'.join(saving)}{ranks}{attempt}"
             stopped = runs.stopped(out, *saving, *layout)
@@ -155,31 +158,56 @@ class TaskConformance:
                 f"resume: in {STOP_ATTEMPTS} tries SIGTERM never stopped the tiny run mid-epoch (it finished, or "
                 "stopped at an epoch's end, first); give `tiny` a first epoch of more steps"
             )
-        assert 0 < saved["global_step"] < whole["global_step"], "resume: SIGTERM did not stop the tiny run mid-way"
-        resumed = runs.run(*runs.flags(out, *saving, *layout, "--resume=last"))
+        end = last_checkpoint(whole.folder)["global_step"]
+        assert 0 < saved["global_step"] < end, "resume: SIGTERM did not stop the tiny run mid-way"
+        resumed = runs.watched(out, *saving, *layout, "--resume=last")
         assert resumed.returncode == 0, f"resume: --resume last exited {resumed.returncode}:\n{tail(resumed)}"
-        got = last_checkpoint(out)
-        kept = (saved.get("exact_resume") or {}).get("train_loader") is not None
-        why = "something random or stateful outside the checkpoint"
-        why = why if kept else "the task's loader does not resume mid-epoch (use engine train_loader)"
-        steps = (got["global_step"], whole["global_step"])
-        assert steps[0] == steps[1], f"resume: step {steps[0]} after SIGTERM + --resume last, not {steps[1]}"
-        changed = changed_setting(whole["optimizer_states"], got["optimizer_states"])
-        assert changed is None, (
-            f"resume: {changed} after SIGTERM + --resume last: the checkpoint load changed a value it saved. That is "
-            "the engine's doing (a resume must give a module's optimizers back as they were saved), not the task's: "
-            "report it"
-        )
-        for name, weight in whole["state_dict"].items():
-            same = name in got["state_dict"] and torch.equal(got["state_dict"][name], weight)
-            assert same, f"resume: weight {name} differs after SIGTERM + --resume last: {why}"
-        for part in ("optimizer_states", "lr_schedulers"):
-            where = first_difference(whole[part], got[part])
-            assert where is None, f"resume: {part}{where} differs after SIGTERM + --resume last: {why}"
-        want, have = summary_metrics(reference.stdout), summary_metrics(resumed.stdout)
-        assert have == want, f"resume: the metrics after SIGTERM + --resume last are {have}, not {want}: {why}"
-        want_val, have_val = validations(folder), validations(out)
-        assert have_val == want_val, f"resume: validations {have_val} after SIGTERM + --resume last, not {want_val}"
+        ended = Ended(resumed.stdout, out, runs.dump(out))
+        assert_resumed_like(whole, ended, "SIGTERM + --resume last", why_differs(saved))
+
+    @pytest.mark.parametrize("ranks", [1, 2], ids=["1-rank", "2-ranks"])
+    def test_sigkill_after_a_periodic_checkpoint_then_resume_last_ends_bit_identical(
+        self, ranks: int, runs: ConformanceRuns
+    ) -> None:
+        layout = runs.two_ranks() if ranks == 2 else ()
+        whole = runs.uninterrupted(ranks)
+        epoch = steps_per_epoch(whole)
+        assert epoch >= 3, f"hard kill: the first epoch has {epoch} steps; give `tiny` 3 or more, to kill one inside"
+        at = epoch // 2  # neither the epoch's first batch nor its last
+        every, out = f"--checkpoint-every={at}steps", runs.tmp / f"killed{ranks}"
+        killed = runs.killed(out, at, every, *layout)
+        assert f"paused at step {at}" in killed.stdout, f"hard kill: the run never paused at step {at}:\n{tail(killed)}"
+        saved = last_checkpoint(out)
+        assert saved["global_step"] == at, f"hard kill: --checkpoint-every saved step {saved['global_step']}, not {at}"
+        resumed = runs.watched(out, every, *layout, "--resume=last")
+        assert resumed.returncode == 0, f"hard kill: --resume last exited {resumed.returncode}:\n{tail(resumed)}"
+        how = f"SIGKILL after the periodic checkpoint of step {at} + --resume last"
+        why = f"{why_differs(saved)}, or a save before the hooks of step {at} had run (the engine's doing)"
+        ended = Ended(resumed.stdout, out, runs.dump(out))
+        assert_resumed_like(whole, ended, how, why, unlogged=at - 1)  # the logger counts from 0
+
+    @pytest.mark.parametrize("ranks", [1, 2], ids=["1-rank", "2-ranks"])
+    def test_sigterm_at_an_epochs_last_batch_and_the_next_ones_first_then_resume_ends_bit_identical(
+        self, ranks: int, runs: ConformanceRuns
+    ) -> None:
+        layout = runs.two_ranks() if ranks == 2 else ()
+        whole = runs.uninterrupted(ranks)
+        last, end = steps_per_epoch(whole), last_checkpoint(whole.folder)["global_step"]
+        assert end > last, f"epoch edges: the tiny run ends at step {end}, with its first epoch; give `tiny` a second"
+        out, said = runs.tmp / f"edges{ranks}", list[str]()  # each stop so far, in words
+        for stop, where in ((last, "the first epoch's last batch"), (last + 1, "the second epoch's first")):
+            resume = ("--resume=last",) if said else ()
+            stopped = runs.watched(out, *layout, *resume, stop_at=stop)
+            said.append(f"SIGTERM at step {stop} ({where})")
+            assert stopped.returncode == 128 + signal.SIGTERM, (
+                f"epoch edges: {said[-1]} exited {stopped.returncode}, not {128 + signal.SIGTERM}:\n{tail(stopped)}"
+            )
+            saved = last_checkpoint(out)
+            assert saved["global_step"] == stop, f"epoch edges: {said[-1]} saved step {saved['global_step']}"
+        resumed = runs.watched(out, *layout, "--resume=last")
+        assert resumed.returncode == 0, f"epoch edges: --resume last exited {resumed.returncode}:\n{tail(resumed)}"
+        how = f"{' and '.join(said)}, each + --resume last"
+        assert_resumed_like(whole, Ended(resumed.stdout, out, runs.dump(out)), how, why_differs(saved))
 
     def test_two_devices_train_with_ddp_on_cpu(self, runs: ConformanceRuns) -> None:
         done = runs.once("ddp", *runs.two_ranks())

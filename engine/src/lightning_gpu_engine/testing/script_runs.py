@@ -8,7 +8,9 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import torch
 
 from lightning_gpu_engine.checkpoint.checks import read_checkpoint
 from lightning_gpu_engine.testing import warm_starts
+from lightning_gpu_engine.testing.watched import watched
 
 # Before the task's flags, which may replace them: a tiny epoch of a few batches, every step logged
 DEFAULTS = ["--batch-size=16", "--max-epochs=2", "--logger=csv", "--log-every-n-steps=1"]
@@ -89,6 +92,15 @@ def summary_metrics(stdout: str) -> dict[str, str]:
     return dict(re.findall(r"(\S+)=(\S+)", line.split("train throughput=")[0]))
 
 
+@dataclass
+class Ended:
+    """A finished run: what it printed, its output folder, and its watched ranks' tensors (watched.py)."""
+
+    stdout: str
+    folder: Path
+    dump: Path
+
+
 class ConformanceRuns:
     """The task's script run with the suite's flags, each named run once (a class shares them)."""
 
@@ -100,17 +112,19 @@ class ConformanceRuns:
         tmp.mkdir(parents=True, exist_ok=True)
         self.done: dict[str, subprocess.CompletedProcess[str]] = {}
 
-    def command(self, *args: str) -> tuple[list[str], dict[str, str]]:
+    def command(self, *args: str, script: Path | None = None) -> tuple[list[str], dict[str, str]]:
+        """`script`: the run's watched copy (watched.py), in place of the task's script."""
         path = os.pathsep.join(p for p in (str(self.src), os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         env.setdefault("OMP_NUM_THREADS", "1")  # a tiny network gains nothing from more threads than processes
-        return [sys.executable, str(self.script), *args], env
+        return [sys.executable, str(script or self.script), *args], env
 
-    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        cmd, env = self.command(*args)
+    def run(self, *args: str, cwd: Path | None = None, script: Path | None = None) -> subprocess.CompletedProcess[str]:
+        cmd, env = self.command(*args, script=script)
         cwd = cwd or self.script.parent
-        try:
-            return warm_starts.run(cmd, capture_output=True, text=True, timeout=self.timeout, cwd=cwd, env=env)
+        options: dict[str, Any] = dict(timeout=self.timeout, cwd=cwd, env=env, start_new_session=script is not None)
+        try:  # a watched run may signal its own process group: a session of its own
+            return warm_starts.run(cmd, capture_output=True, text=True, **options)
         except subprocess.TimeoutExpired as err:  # a hang fails its check with what the run printed
             out, errors = (s.decode() if isinstance(s, bytes) else s or "" for s in (err.stdout, err.stderr))
             return subprocess.CompletedProcess(cmd, -9, out, f"{errors}\nkilled: still running after {err.timeout} s")
@@ -120,10 +134,23 @@ class ConformanceRuns:
         return [*DEFAULTS, *self.tiny_flags, *layout, *PINNED, f"--output-dir={out}", *extra]
 
     def once(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run `name` (tiny, ddp, ...) with the suite's flags and `args`, unless it has been run."""
+        """Run `name` (tiny, ddp, ...) with the suite's flags and `args`, watched, unless it has been run."""
         if name not in self.done:
-            self.done[name] = self.run(*(args if name == "help" else self.flags(self.tmp / name, *args)))
+            self.done[name] = self.run(*args) if name == "help" else self.watched(self.tmp / name, *args)
         return self.done[name]
+
+    def watched(
+        self, out: Path, *args: str, pause_after: int = 0, stop_at: int = 0
+    ) -> subprocess.CompletedProcess[str]:
+        """The run into `out`, watched (watched.py): its ranks' tensors at the end of fit in `dump(out)`."""
+        script = watched(self.watch_folder(out), self.script, self.dump(out), pause_after, stop_at)
+        return self.run(*self.flags(out, *args), script=script)
+
+    def watch_folder(self, out: Path) -> Path:
+        return out.with_name(f"{out.name}.watched")
+
+    def dump(self, out: Path) -> Path:
+        return out.with_name(f"{out.name}.dump")
 
     def help(self) -> subprocess.CompletedProcess[str]:
         return self.once("help", "--help")
@@ -141,13 +168,13 @@ class ConformanceRuns:
         halved = [f"--batch-size={int(size) // 2}"] if size.isdigit() and int(size) % 2 == 0 else []
         return ("--devices=2", *halved)
 
-    def uninterrupted(self, ranks: int) -> tuple[subprocess.CompletedProcess[str], Path]:
-        """The finished tiny run on 1 rank or 2, and its output folder."""
+    def uninterrupted(self, ranks: int) -> Ended:
+        """The finished tiny run on 1 rank or 2."""
         if ranks == 1:
-            return self.tiny(), self.tmp / "tiny"
+            return Ended(self.tiny().stdout, self.tmp / "tiny", self.dump(self.tmp / "tiny"))
         done = self.once("ddp", *self.two_ranks())
         assert done.returncode == 0, f"ddp: --devices 2 exited {done.returncode}:\n{tail(done)}"
-        return done, self.tmp / "ddp"
+        return Ended(done.stdout, self.tmp / "ddp", self.dump(self.tmp / "ddp"))
 
     def tiny(self) -> subprocess.CompletedProcess[str]:
         """The uninterrupted tiny run; it must have finished for any check that reads it."""
@@ -157,32 +184,59 @@ class ConformanceRuns:
 
     def stopped(self, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         """The tiny run, sent SIGTERM as a scheduler sends it (the whole process group) once training starts."""
-        cmd, env = self.command(*self.flags(out, *extra))
+
+        def started(line: str) -> bool:  # StopOnSignal's note at train start, or else the first progress line
+            return "after the current step" in line or (" batch " in line and " step " in line)
+
+        return self.signalled(out, extra, signal.SIGTERM, started)
+
+    def killed(self, out: Path, step: int, *extra: str) -> subprocess.CompletedProcess[str]:
+        """The tiny run, watched, killed with SIGKILL to its process group (the OOM killer, a lost node) once it says
+        "paused at step STEP", after that step's periodic checkpoint."""
+        script = watched(self.watch_folder(out), self.script, self.dump(out), pause_after=step)
+        paused = f"paused at step {step}"
+        return self.signalled(out, extra, signal.SIGKILL, lambda line: line.startswith(paused), script)
+
+    def signalled(
+        self,
+        out: Path,
+        extra: Sequence[str],
+        signum: signal.Signals,
+        when: Callable[[str], bool],
+        script: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """The tiny run, `signum` sent to its process group at the first line it prints that `when` holds for."""
+        cmd, env = self.command(*self.flags(out, *extra), script=script)
         pipe, merged = subprocess.PIPE, subprocess.STDOUT
-        # a session of its own: SIGTERM to its group reaches the run and its loader workers, and nothing else
+        # a session of its own: a signal to its group reaches the run, its ranks and loader workers, and nothing else
         process = warm_starts.popen(
             cmd, stdout=pipe, stderr=merged, text=True, cwd=self.script.parent, env=env, start_new_session=True
         )
         assert process.stdout is not None
+        watchdog = threading.Timer(self.timeout, os.killpg, (process.pid, signal.SIGKILL))  # a hang fails the check
+        watchdog.start()
         lines = []
         for line in process.stdout:
             lines.append(line)
-            # StopOnSignal's note at train start, or else the first progress line: training is under way
-            if "after the current step" in line or (" batch " in line and " step " in line):
-                os.killpg(process.pid, signal.SIGTERM)
+            if when(line):
+                os.killpg(process.pid, signum)
                 break
-        try:
-            rest = process.communicate(timeout=self.timeout)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            rest = process.communicate()[0] + "\nkilled: still running after SIGTERM"
-        return subprocess.CompletedProcess(cmd, process.returncode, "".join(lines) + rest, "")
+        rest = process.communicate()[0]
+        hung = not watchdog.is_alive()  # the watchdog has fired
+        watchdog.cancel()
+        said = f"\nkilled: still running after {self.timeout} s" if hung else ""
+        return subprocess.CompletedProcess(cmd, process.returncode, "".join(lines) + rest + said, "")
 
 
 def last_checkpoint(out: Path) -> dict[str, Any]:
     path = out / "checkpoints" / "last.ckpt"
     assert path.exists(), f"resume: no {path.name} in {path.parent} after SIGTERM"
     return read_checkpoint(path)
+
+
+def steps_per_epoch(ended: Ended) -> int:
+    """The optimizer steps of one epoch of a finished watched run."""
+    return int(torch.load(ended.dump / "rank0.pt", weights_only=True)["steps_per_epoch"])
 
 
 def validations(out: Path) -> list[str]:
