@@ -14,13 +14,15 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
+from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
+from lightning_gpu_engine.data.object_storage import BOUND_S
 from lightning_gpu_engine.testing import ranks
 from lightning_gpu_engine.testing.script_runs import validations
 
@@ -40,8 +42,11 @@ COUNTS = ("batches", "samples", "tokens", "time")  # what a resumed process coun
 PAUSE = 6  # the kill -9 comes after this step's checkpoint: mid-way through the second epoch in every layout
 
 
-def start_s3_server() -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """moto's server on 127.0.0.1, in a session of its own: the process, and the AWS variables that point at it."""
+def start_s3_server(
+    on_request: Callable[[str], object] = lambda line: None,
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """moto's server on 127.0.0.1, in a session of its own: the process, and the AWS variables that point at it.
+    `on_request`: given each line of its request log ('"PUT /bucket/key HTTP/1.1" 200') once it has answered it."""
     # port 0: the server binds a free port itself and names it, so no other server can take it in between
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
@@ -58,7 +63,8 @@ def start_s3_server() -> tuple[subprocess.Popen[str], dict[str, str]]:
             port = found.group(1)
             break
     assert port, "the moto server did not start"
-    threading.Thread(target=server.stderr.read, daemon=True).start()  # its request log must not fill the pipe
+    log = server.stderr
+    threading.Thread(target=lambda: [on_request(line) for line in log], daemon=True).start()  # the pipe never fills
     return server, {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "testing",
@@ -96,6 +102,60 @@ def prepare(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     done = run_script("prepare_data.py", *args, "--num-workers=0", env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return done
+
+
+def cut_upload(launch: Launch, how: str, args: list[str]) -> None:
+    """prepare_data.py ARGS writing to s3://cut/chunks on a server of its own, which is killed, or stopped (SIGSTOP: it
+    takes connections and never answers), once its log shows the first chunk's upload: one line naming the endpoint
+    and the object, exit 2, within BOUND_S of the cut. Stopped, over chunks published there before: their made_by.json
+    is gone once the server answers again, so the new chunks, half uploaded, are not taken for data. (LitData's own
+    uploads stayed silent for as long as they were left, 151 s and more.)"""
+    armed, cut = threading.Event(), threading.Event()
+    chunk_put = re.compile(r'"PUT /cut/chunks/train/chunk-[^ ]*\.bin HTTP')
+
+    def on_request(line: str) -> None:
+        if armed.is_set() and chunk_put.search(line):
+            cut.set()
+
+    server, aws = start_s3_server(on_request)
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], **credentials(aws)).create_bucket(Bucket="cut")
+        output = ["--output=s3://cut/chunks", "--num-workers=0"]
+        if how == "stall":
+            prepare(*args, "--output=s3://cut/chunks", env=aws)
+        armed.set()
+        writer = launch([sys.executable, str(ROOT / "prepare_data.py"), *args, *output], env=aws)
+        assert cut.wait(TIMEOUT), wait(writer)[-3000:]
+        os.killpg(server.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        since = time.monotonic()
+        said = wait(writer)
+        took = time.monotonic() - since
+        errors = [line for line in said.splitlines() if line.startswith("error: ")]
+        assert writer.returncode == 2 and len(errors) == 1 and "Traceback" not in said, said[-3000:]
+        endpoint = aws["AWS_ENDPOINT_URL"]
+        assert errors[0].startswith(f"error: --output: cannot reach the S3 endpoint {endpoint} to write s3://cut/")
+        assert errors[0].endswith("so nothing there is used: run prepare_data.py again once it answers"), errors
+        assert took < BOUND_S, f"{took:.0f} s from the {how} to the end, past the {BOUND_S} s bound"
+        if how == "stall":
+            assert f"note: streaming: no answer from {endpoint} for 10 s, writing s3://cut/chunks/" in said, said
+            os.killpg(server.pid, signal.SIGCONT)
+            listed = boto3.client("s3", endpoint_url=endpoint, **credentials(aws)).list_objects_v2(Bucket="cut")
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            assert "chunks/train/index.json" not in keys and "chunks/made_by.json" not in keys, keys
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGCONT)
+            stop_s3_server(server)
+
+
+def credentials(aws: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": aws["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": aws["AWS_SECRET_ACCESS_KEY"],
+        "region_name": aws["AWS_DEFAULT_REGION"],
+    }
 
 
 def start(launch: Launch, layout: str, args: list[str], dump: Path, pause: int = 0) -> list[subprocess.Popen[str]]:

@@ -62,33 +62,44 @@ def test_the_answers_given_when_the_project_was_generated_are_where_its_runs_sta
     assert cfg.compile is {{ "None" if cookiecutter.compile == "yes" else "False" }}
 
 
-# The project's entry points: the root scripts that are the doors of its commands (src/<package>/commands/), and not
-# a team's own task saved beside them (the guide's my_task.py, which imports Lightning at once). bench.py still imports
-# torch before it reads its flags, as prepare_data.py does: seconds before a typo's line
+# The project's entry points: the root scripts that are the doors of its commands (src/<package>/commands/), and
+# prepare_data.py, whose options are its task's (tasks/<task>/config.py); not a team's own task saved beside them (the
+# guide's my_task.py, which imports Lightning at once)
 COMMANDS = ROOT / "src" / "{{ cookiecutter.package_name }}" / "commands"
-FLAGS_FIRST = sorted(p.name for p in ROOT.glob("*.py") if (COMMANDS / p.name).is_file() and p.name != "bench.py")
+ENTRY_POINTS = sorted(p.name for p in ROOT.glob("*.py") if (COMMANDS / p.name).is_file() or p.name == "prepare_data.py")
+# What every task's bench.py and sweep.py refuse, beside the task's own table (MISSING_INPUTS)
+EVERY_TASKS_MISSING = [
+    ("train.py", ["--resume={tmp}/none.ckpt"], "--resume: no checkpoint at {tmp}/none.ckpt"),
+    ("bench.py", ["--task={tmp}/none.py"], "--task: {tmp}/none.py does not exist; give "),
+    ("bench.py", ["--task=no_such_task_module"], "--task: no module named 'no_such_task_module'; give "),
+    ("sweep.py", ["--space={tmp}/none.yaml", "--output-dir={tmp}/s"], "--space: cannot read {tmp}/none.yaml"),
+    ("sweep.py", ["--task={tmp}/none.py", "--space={tmp}/none.yaml"], "--task: {tmp}/none.py does not exist; give "),
+]
 
 
 def test_the_entry_points_answer_a_bad_flag_or_a_missing_file_before_importing_torch_or_lightning(
     tmp_path: Path,
 ) -> None:
-    """A typo's one line comes at once, in a flag or in a path. Here torch and Lightning cannot be imported at all, so
-    a script that imports either before it answers fails with a traceback (train.py once imported Lightning on its
-    way out: 5 s of every one-line error; a mistyped --data-dir was told after every import, 5 s to 31 s)."""
+    """A typo's one line comes at once, in a flag or in a path, from every entry point. Here torch and Lightning
+    cannot be imported at all, so a script that imports either before it answers fails with a traceback (train.py
+    once imported Lightning on its way out: 5 s of every one-line error; a mistyped --data-dir was told after every
+    import, 5 s to 31 s; export.py's and predict.py's missing --checkpoint after 10 s and 14 s)."""
     env = without_heavy_imports(tmp_path / "shim")
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "train.py" in FLAGS_FIRST and len(FLAGS_FIRST) >= 3
-    runs = [(script, ["--no-such-flag"], "error: ") for script in FLAGS_FIRST]
+    assert {"train.py", "bench.py", "sweep.py", "export.py", "prepare_data.py"} <= set(ENTRY_POINTS)
+    runs = [(script, ["--no-such-flag"], "error: ") for script in ENTRY_POINTS]
     out = f"--output-dir={tmp_path / 'run'}"
     runs += [("train.py", ["--max-epochs=-1", out], "--max-epochs: ")]
-    missing = [*MISSING_INPUTS, (["--resume={tmp}/none.ckpt"], "--resume: no checkpoint at {tmp}/none.ckpt")]
-    for args, said in missing:
-        runs.append(("train.py", [*(a.format(tmp=empty) for a in args), out], said.format(tmp=empty)))
+    missing = [*MISSING_INPUTS, *EVERY_TASKS_MISSING]
+    assert {script for script, *_ in missing} == set(ENTRY_POINTS), "an entry point without a missing file here"
+    for script, args, said in missing:
+        given = [a.format(tmp=empty) for a in args] + ([out] if script == "train.py" else [])
+        runs.append((script, given, said.format(tmp=empty)))
     for script, args, said in runs:
         result = run_script(script, *args, env=env)
         assert result.returncode == 2, f"{script} {args}: {result.stderr[-2000:]}"
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
         assert said in result.stderr, result.stderr
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and list(empty.iterdir()) == []
     assert run_script("train.py", "--help", env=env).returncode == 0

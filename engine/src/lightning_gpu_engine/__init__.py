@@ -32,7 +32,7 @@ from lightning_gpu_engine.checkpoint.rundir import check_writable_dir, last_path
 from lightning_gpu_engine.config.cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
 from lightning_gpu_engine.config.options import Config, check_choices
 from lightning_gpu_engine.config.quiet import set_up_warnings
-from lightning_gpu_engine.config.values import ConfigError, TaskDefault, check_path, opt, parse_betas
+from lightning_gpu_engine.config.values import ConfigError, TaskDefault, check_input, check_path, opt, parse_betas
 from lightning_gpu_engine.moved import alias_engine
 from lightning_gpu_engine.run import main, run
 from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
@@ -116,6 +116,7 @@ __all__ = [  # the light names and those of _HEAVY, sorted
     "check_checkpoint",
     "check_choices",
     "check_enough_data",
+    "check_input",
     "check_module",
     "check_output",
     "check_path",

@@ -10,13 +10,12 @@ numbers, the device, the versions and the command go to --json, each row as soon
 """
 
 from {{ cookiecutter.package_name }}.commands.bench import (
-    ImageSpec,
     cli,
     default_setting,
     main,
 )
 
-__all__ = ["ImageSpec", "default_setting", "main"]
+__all__ = ["default_setting", "main"]
 
 if __name__ == "__main__":
     cli()

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from lightning_gpu_engine import ConfigError, fail, parse_options
 
-from {{ cookiecutter.package_name }}.tasks.language_model.streaming import (
+from {{ cookiecutter.package_name }}.tasks.language_model.config import (
     PrepareOptions,
-    prepare,
 )
 
 
 def main(argv: list[str] | None = None) -> dict[str, int]:
     opts = parse_options(argv, PrepareOptions, prog="prepare_data.py", description=__doc__ or "")
+    # torch loads here, once the options are good
+    from {{ cookiecutter.package_name }}.tasks.language_model.streaming import (
+        prepare,
+    )
+
     try:
         written = prepare(opts)
     except ConfigError as err:

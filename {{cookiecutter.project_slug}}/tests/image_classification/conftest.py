@@ -21,10 +21,15 @@ TINY = [
     "--logger=csv",
     "--log-every-n-steps=1",
 ]
-# train.py's refusals of files its flags name, answered before torch and Lightning load ({tmp}: an empty folder)
+# Each entry point's refusals of files its flags name, answered before torch and Lightning load: (script, its flags,
+# what its one line says); {tmp}: an empty folder. tests/test_engine_use.py adds bench.py's and sweep.py's
 MISSING_INPUTS = [
-    (["--data=folder", "--data-dir={tmp}/missing"], "--data-dir: folder data needs {tmp}/missing/train/ and"),
-    (["--pretrained={tmp}/none.pt"], "--pretrained: no weights file at {tmp}/none.pt"),
+    ("train.py", ["--data=folder", "--data-dir={tmp}/missing"], "--data-dir: folder data needs {tmp}/missing/train/"),
+    ("train.py", ["--pretrained={tmp}/none.pt"], "--pretrained: no weights file at {tmp}/none.pt"),
+    ("predict.py", ["--checkpoint={tmp}/none.ckpt", "{tmp}"], "--checkpoint: no file at {tmp}/none.ckpt; give a .ckpt"),
+    ("predict.py", ["--checkpoint={tmp}", "{tmp}/none.png"], "INPUT: {tmp}/none.png: no such file or folder"),
+    ("export.py", ["--checkpoint={tmp}/none.ckpt"], "--checkpoint: no file at {tmp}/none.ckpt; give a .ckpt"),
+    ("prepare_data.py", ["--data-dir={tmp}/none", "--output={tmp}/c"], "--data-dir: folder data needs {tmp}/none/"),
 ]
 
 

@@ -16,6 +16,9 @@ from lightning_gpu_engine.testing import warm_starts
 
 import bench
 import train
+from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
+    ImageSpec,
+)
 from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
     SHAPES,
     write_photos,
@@ -58,7 +61,7 @@ def test_bench_measures_every_cpu_setting_the_plain_loop_real_jpegs_and_the_load
 
 def test_only_runs_the_named_settings(tmp_path: Path) -> None:
     default = bench.default_setting(
-        bench.ImageSpec(device="cpu", model="resnet18", image_size=16, batch_size=8, warmup=1, steps=2)
+        ImageSpec(device="cpu", model="resnet18", image_size=16, batch_size=8, warmup=1, steps=2)
     ).name
     other = "bf16" if default != "bf16" else "fp32"
     results = bench.main([*TINY, f"--only={other}", f"--json={tmp_path / 'bench.json'}"])

@@ -19,6 +19,7 @@ from streaming_runs import (
     LAYOUTS,
     assert_same_run,
     assert_trains_as_its_source,
+    cut_upload,
     prepare,
     read_until,
     s3_server_bucket,  # noqa: F401  # the fixture s3_bucket
@@ -205,6 +206,12 @@ def test_a_stalled_s3_server_is_said_a_sigterm_saves_and_a_dead_one_ends_even_a_
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGCONT)
             stop_s3_server(server)
+
+
+def test_an_s3_server_killed_mid_upload_ends_prepare_data_in_one_line(photos: Path, launch: Launch) -> None:
+    """One image a chunk: 64 uploads of the training split, the cut after the first (a stalled server, and the chunks
+    published before it: tests/language_model/test_streaming.py)."""
+    cut_upload(launch, "kill", [f"--data-dir={photos}", "--chunk-bytes=1B"])
 
 
 def test_a_cache_dir_that_cannot_be_written_is_one_line_before_anything_is_read(

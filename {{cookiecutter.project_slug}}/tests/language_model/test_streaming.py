@@ -13,6 +13,7 @@ from streaming_runs import (
     EVERY_LAYOUT,
     assert_same_run,
     assert_trains_as_its_source,
+    cut_upload,
     prepare,
     s3_server_bucket,  # noqa: F401  # the fixture s3_bucket
     stop_and_resume,
@@ -84,3 +85,11 @@ def test_chunks_of_another_tokenizer_context_or_task_are_refused_in_one_line_nam
         named = more[0].split("=")[0] if more else flag
         assert lines[0].startswith(f"error: {named}: ") and said in lines[0], lines[0]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", ["kill", "stall"])
+def test_an_s3_server_killed_or_stalled_mid_upload_ends_prepare_data_in_one_line_within_the_bound(
+    how: str, texts: Path, launch: Launch
+) -> None:
+    """One sequence a chunk: 80 uploads of the training split, the cut after the first."""
+    cut_upload(launch, how, [f"--data-dir={texts}", "--context=32", "--chunk-bytes=100B"])

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
         table,
         write_json,
     )
+    from lightning_gpu_engine.bench.task_module import check_task, peek_task
 
 _MODULE = {  # name: its module
     "Clock": "harness",
@@ -53,6 +54,8 @@ _MODULE = {  # name: its module
     "spread": "report",
     "table": "report",
     "write_json": "report",
+    "check_task": "task_module",
+    "peek_task": "task_module",
 }
 __all__ = [
     "TIMED_BATCHES",
@@ -63,10 +66,12 @@ __all__ = [
     "Timing",
     "any_task",
     "check_json",
+    "check_task",
     "device_name",
     "figures_file",
     "interleaved_rounds",
     "peak_flops",
+    "peek_task",
     "prepare",
     "quiet_trainers",
     "ratio_line",

@@ -36,7 +36,9 @@ from lightning_gpu_engine import (
 
 from .harness import Setting, Spec, peak_flops, prepare, quiet_trainers, time_fit
 from .report import check_json, repeat_lines, task_header, task_results, task_row, write_json
-from .task_module import load_task
+
+# peek_task: the bench.py of a project made before it moved to task_module calls any_task.peek_task
+from .task_module import load_task, peek_task  # noqa: F401
 
 USAGE = """Training throughput of your own task (its TASK = Task(...)) for each precision x compile setting.
 
@@ -50,13 +52,6 @@ peak is known (CUDA GPUs in the engine's perf/peaks.py, or --peak-tflops). Every
 soon as it is measured, with the device, versions and command.
 """
 STEPS = {"cuda": (20, 100), "cpu": (3, 10)}  # (warm-up, timed): a CPU row in seconds, a GPU row past its autotuning
-
-
-def peek_task(argv: list[str] | None) -> str | None:
-    """--task among bench.py's arguments: the task's bench.py hands the whole command line to `main` then."""
-    peek = argparse.ArgumentParser(add_help=False)
-    peek.add_argument("--task")
-    return peek.parse_known_args(sys.argv[1:] if argv is None else argv)[0].task
 
 
 def parse(argv: list[str], prog: str = "bench.py") -> tuple[argparse.Namespace, list[str]]:

@@ -8,11 +8,13 @@ the guide's task file trains only under `if __name__ == "__main__":`.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 from lightning_gpu_engine import Task, fail
@@ -31,10 +33,38 @@ class TaskModule:
         return " ".join(["python", *self.program])
 
 
+def peek_task(argv: list[str] | None) -> str | None:
+    """--task, read before the other arguments: bench.py hands a team's task its whole command line, and sweep.py's
+    defaults (the metric) come from the task."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--task")
+    return peek.parse_known_args(sys.argv[1:] if argv is None else argv)[0].task
+
+
+def check_task(spec: str) -> None:
+    """`spec` names a .py file that is there or a module Python finds, without importing it (a task module imports
+    Lightning): a typo is one line, exit 2, before torch loads."""
+    if _is_file(spec):
+        _file(spec)
+    else:
+        _module(spec)
+
+
 def load_task(spec: str) -> TaskModule:
     """The Task of `spec`, and how to train it in a subprocess; a missing module or TASK is one line, exit 2."""
-    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+    if _is_file(spec):
         return _from_file(spec)
+    found = _module(spec)
+    module = importlib.import_module(spec)  # an error inside the team's own module is theirs: its traceback shows
+    program = ["-m", spec] if "." in spec else [_relative(Path(str(found.origin)))]
+    return TaskModule(_task_of(module, spec), program)
+
+
+def _is_file(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec or "/" in spec
+
+
+def _module(spec: str) -> ModuleSpec:
     if os.getcwd() not in sys.path and "" not in sys.path:  # a script's sys.path starts at its own folder, not here
         sys.path.insert(0, os.getcwd())
     try:
@@ -43,15 +73,18 @@ def load_task(spec: str) -> TaskModule:
         found = None
     if found is None or found.origin is None:
         fail(f"--task: no module named {spec!r}; give {HOW}")
-    module = importlib.import_module(spec)  # an error inside the team's own module is theirs: its traceback shows
-    program = ["-m", spec] if "." in spec else [_relative(Path(found.origin))]
-    return TaskModule(_task_of(module, spec), program)
+    return found
 
 
-def _from_file(spec: str) -> TaskModule:
+def _file(spec: str) -> Path:
     path = Path(spec)
     if not path.is_file() or path.suffix != ".py":
         fail(f"--task: {spec} {'is not a .py file' if path.exists() else 'does not exist'}; give {HOW}")
+    return path
+
+
+def _from_file(spec: str) -> TaskModule:
+    path = _file(spec)
     folder = str(path.resolve().parent)
     if folder not in sys.path:  # as `python my_task.py` would: the file's folder first, for its sibling modules
         sys.path.insert(0, folder)

@@ -191,10 +191,15 @@ def parse_run(argv: Sequence[str] | None, task: Task, prog: str | None = None) -
 
 
 def parse_options(argv: Sequence[str] | None, schema: type[T], prog: str, description: str) -> T:
-    """Options of the dataclass `schema` (predict.py's, export.py's), checked by its __post_init__."""
+    """Options of the dataclass `schema` (predict.py's, export.py's), checked by its __post_init__, then the files
+    they name by its `check_inputs()` where it has one: as train.py's Task.check_inputs, before torch and Lightning
+    load (__post_init__ checks values alone, so code and tests may build options naming files not made yet)."""
     args = _parse(argv, (schema,), prog, description)
     try:
-        return schema(**args)
+        options = schema(**args)
+        if hasattr(options, "check_inputs"):
+            options.check_inputs()
+        return options
     except ConfigError as err:
         fail(str(err))
 

@@ -18,10 +18,11 @@ MANUAL = (
 
 
 class ConfigError(ValueError):
-    """A bad option value: `option` is the flag to blame, the message says what would be valid."""
+    """A bad option value: `option` is the flag to blame (a positional's name in capitals, INPUT, is shown as it is),
+    the message says what would be valid."""
 
     def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"--{option.replace('_', '-')}: {message}")
+        super().__init__(f"{option if option.isupper() else '--' + option.replace('_', '-')}: {message}")
         self.option = option
 
 
@@ -52,6 +53,13 @@ def check_path(option: str, value: str | None) -> None:
         raise ConfigError(option, f"{shown} is a {len(name)}-byte name, the limit is {NAME_MAX}; give shorter names")
     if len(os.fsencode(os.path.abspath(value or "."))) > PATH_MAX:
         raise ConfigError(option, f"the full path is over the limit of {PATH_MAX} bytes; give a shorter one")
+
+
+def check_input(option: str, path: str, give: str) -> None:
+    """A file or folder an entry point reads is there: called from its options' `check_inputs` (`parse_options`),
+    before torch loads, so that a typo answers at once, not after seconds of imports. `give`: what to give instead."""
+    if not os.path.exists(path):
+        raise ConfigError(option, f"no file at {path}; give {give}")
 
 
 def as_flag(name: str, value: Any) -> str:

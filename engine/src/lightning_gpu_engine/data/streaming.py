@@ -196,7 +196,7 @@ class StreamedItems(Dataset[dict[str, Any]]):
         try:
             if not is_remote(self.url):
                 return dict(self.dataset[index])
-            with watched(f"item {index} of {self.url}"):
+            with watched(f"reading item {index} of {self.url}"):
                 return dict(self.dataset[index])
         except Exception as err:
             if is_remote(self.url) and unreachable(err):  # the server, not the chunks: they are as they were

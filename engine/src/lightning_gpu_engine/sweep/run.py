@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_gpu_engine import ConfigError, OneLineParser, Task, check_writable_dir, fail
-from lightning_gpu_engine.bench.task_module import load_task
+from lightning_gpu_engine.bench.task_module import load_task, peek_task
 
 from .space import SpaceError, check_values, fixed_names, load_space
 
@@ -114,13 +114,6 @@ def racing(err: Exception) -> bool:
     return isinstance(err, IntegrityError) or (
         isinstance(err, OperationalError) and ("already exists" in text or "database is locked" in text)
     )
-
-
-def peek_task(argv: list[str] | None) -> str | None:
-    """--task, read before the other options: their defaults (the metric) come from the task."""
-    peek = argparse.ArgumentParser(add_help=False)
-    peek.add_argument("--task")
-    return peek.parse_known_args(argv)[0].task
 
 
 def main(task: Task | None, script: Path | None, argv: list[str] | None = None, prog: str = "sweep.py") -> None:

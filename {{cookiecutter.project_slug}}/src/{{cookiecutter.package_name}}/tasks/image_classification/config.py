@@ -1,5 +1,6 @@
 """The image task's options, each with its default and why: train.py's beside the engine's `Config`, and the whole
-of predict.py's and export.py's."""
+of predict.py's, export.py's and prepare_data.py's. Each of the latter checks the files it names in `check_inputs`
+(parse_options calls it), as train.py's task does in inputs.py: before torch loads."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_gpu_engine import Config, ConfigError, check_choices, check_path, opt
+from lightning_gpu_engine import (
+    Config,
+    ConfigError,
+    check_choices,
+    check_input,
+    check_path,
+    opt,
+    parse_chunk_bytes,
+)
 
 DATA_SOURCES = ("synthetic", "cifar10", "folder", "streaming")
 DECODERS = ("auto", "cpu", "gpu")
@@ -64,6 +73,7 @@ class ImageOptions:
 
 # predict.py and export.py: their options, in the same form; the hardware ones are train.py's own
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
+CHECKPOINT = "a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt"
 EXPORT_FORMATS = ("onnx", "torch-export")
 HARDWARE_OPTIONS = ("accelerator", "devices", "precision", "compile", "compile_mode", "channels_last", "tf32")
 
@@ -112,6 +122,14 @@ class PredictConfig:
         if self.num_workers is not None and self.num_workers < 0:
             raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
 
+    def check_inputs(self) -> None:
+        check_input("checkpoint", self.checkpoint, CHECKPOINT)
+        for item in self.inputs:
+            if not Path(item).exists():
+                raise ConfigError(
+                    "INPUT", f"{item}: no such file or folder; give images, folders of images or lists of paths"
+                )
+
     def training_config(self) -> Config:
         """The hardware options as train.py's Config, for hardware.resolve and the Trainer it builds."""
         chosen = {name: getattr(self, name) for name in HARDWARE_OPTIONS}
@@ -135,3 +153,26 @@ class ExportConfig:
             check_path(name, getattr(self, name))
         if not self.tolerance > 0:
             raise ConfigError("tolerance", f"must be positive, got {self.tolerance}")
+
+    def check_inputs(self) -> None:
+        check_input("checkpoint", self.checkpoint, CHECKPOINT)
+
+
+@dataclass
+class PrepareOptions:
+    data_dir: str = opt("data", "the image folder: train/ and val/ [and test/], one folder per class in each")
+    output: str = opt("chunks", "a local folder or s3://bucket/prefix (AWS_ENDPOINT_URL for other S3 servers)")
+    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
+    num_workers: int = opt(0, "writer processes; 0 = in this process (a few thousand images a second)")
+
+    def __post_init__(self) -> None:
+        for name in ("data_dir", "output"):
+            check_path(name, getattr(self, name))
+        if self.num_workers < 0:
+            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        parse_chunk_bytes(self.chunk_bytes)
+
+    def check_inputs(self) -> None:
+        from .inputs import class_folders
+
+        class_folders(Path(self.data_dir))

@@ -4,41 +4,24 @@ decodes them through the same --decode path as files (CPU workers, or nvJPEG on 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning_gpu_engine import (
-    ConfigError,
     StreamedItems,
-    check_path,
     chunks_output,
-    opt,
     parse_chunk_bytes,
     write_chunks,
 )
 from torch import Tensor
 
+from .config import PrepareOptions
 from .decoding import UnreadableImageError
 from .images import ImageFiles
+from .inputs import class_folders
 
 TASK_NAME = "image-classification"
-
-
-@dataclass
-class PrepareOptions:
-    data_dir: str = opt("data", "the image folder: train/ and val/ [and test/], one folder per class in each")
-    output: str = opt("chunks", "a local folder or s3://bucket/prefix (AWS_ENDPOINT_URL for other S3 servers)")
-    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
-    num_workers: int = opt(0, "writer processes; 0 = in this process (a few thousand images a second)")
-
-    def __post_init__(self) -> None:
-        for name in ("data_dir", "output"):
-            check_path(name, getattr(self, name))
-        if self.num_workers < 0:
-            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
-        parse_chunk_bytes(self.chunk_bytes)
 
 
 def image_item(sample: tuple[str, int]) -> dict[str, Any]:
@@ -51,11 +34,7 @@ def prepare(opts: PrepareOptions) -> dict[str, int]:
     from .data import image_folders
 
     root = Path(opts.data_dir)
-    if not (root / "train").is_dir() or not (root / "val").is_dir():
-        raise ConfigError("data_dir", f"{root} needs train/ and val/ class folders")
-    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
-    if len(classes) < 2:
-        raise ConfigError("data_dir", f"{root}/train/ needs at least 2 class folders, found {classes}")
+    classes = class_folders(root)
     with chunks_output(opts.output) as output:  # a bad --output answers before the images are listed
         samples = image_folders(root, classes, "decoded")
         splits = {split: list(zip(*pair, strict=True)) for split, pair in samples.items()}

@@ -1,12 +1,14 @@
 """The language model's options, each with its default and why: train.py's beside the engine's `Config`, and the whole
-of generate.py's."""
+of generate.py's, export.py's and prepare_data.py's. Each of the latter checks the files it names in `check_inputs`
+(parse_options calls it), as train.py's task does in inputs.py: before torch loads."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from lightning_gpu_engine import ConfigError, check_choices, check_path, opt
+from lightning_gpu_engine import ConfigError, check_choices, check_input, check_path, opt, parse_chunk_bytes
 
 DATA_SOURCES = ("synthetic", "text", "tokens", "streaming")
 # Named sizes: (layers, heads, width). GPT-2's four, and two that train in minutes on a CPU.
@@ -19,6 +21,7 @@ SIZES = {
     "gpt2-xl": (48, 25, 1600),
 }
 MAX_CONTEXT = 1 << 16
+CHECKPOINT = "a .ckpt that train.py wrote, e.g. outputs/checkpoints/last.ckpt"
 
 
 @dataclass
@@ -124,6 +127,17 @@ class GenerateOptions:
         if self.output is not None and not self.output.endswith(".jsonl"):
             raise ConfigError("output", f"must end in .jsonl (one JSON object per sample), got {self.output!r}")
 
+    def check_inputs(self) -> None:
+        from .inputs import hf_config
+        from .tokenizer import load_tokenizer
+
+        if self.checkpoint is not None:
+            check_input("checkpoint", self.checkpoint, CHECKPOINT)
+        if self.pretrained is not None:
+            hf_config(Path(self.pretrained))
+        if self.tokenizer is not None:
+            load_tokenizer("tokenizer", self.tokenizer)
+
 
 @dataclass
 class ExportOptions:
@@ -137,3 +151,35 @@ class ExportOptions:
             raise ConfigError("checkpoint", "give a .ckpt from train.py, e.g. outputs/checkpoints/last.ckpt")
         for name in ("checkpoint", "output"):
             check_path(name, getattr(self, name))
+
+    def check_inputs(self) -> None:
+        check_input("checkpoint", self.checkpoint, CHECKPOINT)
+
+
+@dataclass
+class PrepareOptions:
+    data_dir: str = opt("data", "the folder of .txt/.jsonl files (as train.py --data text reads them)")
+    output: str = opt("chunks", "a local folder or s3://bucket/prefix (AWS_ENDPOINT_URL for other S3 servers)")
+    tokenizer: str = opt("bytes", "bytes, or a Hugging Face tokenizer.json: train.py must be given the same")
+    context: int = opt(256, "tokens per training sequence, as train.py's --context (which must be the same)")
+    val_fraction: float = opt(0.05, "the share of documents kept for validation, chosen by a hash of their text")
+    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
+    num_workers: int = opt(0, "writer processes; 0 = in this process (tokenizing is done before, on all cores)")
+
+    def __post_init__(self) -> None:
+        for name in ("data_dir", "output", "tokenizer"):
+            check_path(name, getattr(self, name))
+        if not 2 <= self.context <= MAX_CONTEXT:
+            raise ConfigError("context", f"must be from 2 to {MAX_CONTEXT} tokens, got {self.context}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError("val_fraction", f"must be between 0 and 1 (0.05 is usual), got {self.val_fraction}")
+        if self.num_workers < 0:
+            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
+        parse_chunk_bytes(self.chunk_bytes)
+
+    def check_inputs(self) -> None:
+        from .shards import text_files  # numpy: loaded only where a path is to be checked
+        from .tokenizer import load_tokenizer
+
+        load_tokenizer("tokenizer", self.tokenizer)
+        text_files(Path(self.data_dir))

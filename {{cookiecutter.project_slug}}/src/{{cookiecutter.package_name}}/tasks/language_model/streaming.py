@@ -4,7 +4,6 @@ a run with another tokenizer or context is refused before it trains on tokens it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,41 +12,17 @@ import torch
 from lightning_gpu_engine import (
     ConfigError,
     StreamedItems,
-    check_path,
     chunks_output,
-    opt,
     parse_chunk_bytes,
     write_chunks,
 )
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .config import MAX_CONTEXT
+from .config import PrepareOptions
 from .tokenizer import Tokenizer, load_tokenizer
 
 TASK_NAME = "language-model"
-
-
-@dataclass
-class PrepareOptions:
-    data_dir: str = opt("data", "the folder of .txt/.jsonl files (as train.py --data text reads them)")
-    output: str = opt("chunks", "a local folder or s3://bucket/prefix (AWS_ENDPOINT_URL for other S3 servers)")
-    tokenizer: str = opt("bytes", "bytes, or a Hugging Face tokenizer.json: train.py must be given the same")
-    context: int = opt(256, "tokens per training sequence, as train.py's --context (which must be the same)")
-    val_fraction: float = opt(0.05, "the share of documents kept for validation, chosen by a hash of their text")
-    chunk_bytes: str = opt("64MB", "target chunk size, with its unit (KB, MB, GB): LitData's advice; read by ranges")
-    num_workers: int = opt(0, "writer processes; 0 = in this process (tokenizing is done before, on all cores)")
-
-    def __post_init__(self) -> None:
-        for name in ("data_dir", "output", "tokenizer"):
-            check_path(name, getattr(self, name))
-        if not 2 <= self.context <= MAX_CONTEXT:
-            raise ConfigError("context", f"must be from 2 to {MAX_CONTEXT} tokens, got {self.context}")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError("val_fraction", f"must be between 0 and 1 (0.05 is usual), got {self.val_fraction}")
-        if self.num_workers < 0:
-            raise ConfigError("num_workers", f"must be 0 or more, got {self.num_workers}")
-        parse_chunk_bytes(self.chunk_bytes)
 
 
 def sequence_item(window: np.ndarray) -> dict[str, Any]:

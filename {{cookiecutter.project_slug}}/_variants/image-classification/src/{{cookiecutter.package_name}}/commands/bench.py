@@ -18,48 +18,17 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning
-import torch
-from lightning_gpu_engine import (
-    Config,
-    ConfigError,
-    OneLineParser,
-    cpus_per_device,
-    fail,
-    resolve_hardware,
-    set_up_warnings,
-)
-from lightning_gpu_engine.bench import (
-    Setting,
-    Timing,
-    any_task,
-    check_json,
-    device_name,
-    interleaved_rounds,
-    peak_flops,
-    quiet_trainers,
-    repeat_lines,
-    table,
-    write_json,
-)
+from lightning_gpu_engine import ConfigError, OneLineParser, check_output, fail, set_up_warnings
+from lightning_gpu_engine.bench import check_task, peek_task
 
-from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
-    ImageSpec,
-    flops_per_batch,
-    loader_rows,
-    run_lightning,
-    run_plain,
-    run_plain_predict,
-    run_predict,
-)
-from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
-    torchcodec_available,
-)
-from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
-    write_photos,
-)
+if TYPE_CHECKING:  # torch, Lightning and the task's bench load once the flags are read
+    from lightning_gpu_engine.bench import Setting, Timing
+
+    from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
+        ImageSpec,
+    )
 
 # Per device: the configuration the GPU targets are quoted for, or one that a laptop CPU runs in about a minute with
 # rounds that agree (their spread was under 2% on an idle 2-core CPU; 6 steps gave 17%).
@@ -99,6 +68,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
     args = parser.parse_args(argv)
+    for key in ("image_size", "batch_size", "steps", "rounds", "repeat"):
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
+    if args.warmup is not None and args.warmup < 0:
+        fail(f"--warmup: must be 0 or more, got {args.warmup}")
+    try:
+        check_output(args.json, "json")
+    except ConfigError as err:
+        fail(str(err))
+    import torch  # the flags are good: the device is asked for
+
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     elif args.device == "cuda" and not torch.cuda.is_available():
@@ -106,17 +86,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("image_size", "batch_size", "steps", "rounds", "repeat"):
-        if getattr(args, key) < 1:
-            fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
-    if args.warmup < 0:
-        fail(f"--warmup: must be 0 or more, got {args.warmup}")
-    check_json(args.json)
     return args
 
 
 def matrix(device: str, with_compile: bool) -> list[Setting]:
     """The naive baseline first, then one knob at a time. TF32 and fp16 are CUDA features; CPU runs without them."""
+    import torch
+    from lightning_gpu_engine.bench import Setting
+
     if device == "cpu":
         settings = [Setting(p, False, cl, False) for p in ("32-true", "bf16-mixed") for cl in (False, True)]
         return settings + ([Setting(p, False, True, True) for p in ("32-true", "bf16-mixed")] if with_compile else [])
@@ -132,6 +109,9 @@ def matrix(device: str, with_compile: bool) -> list[Setting]:
 
 def default_setting(spec: ImageSpec) -> Setting:
     """What `python train.py` resolves to on this device with the same model and sizes."""
+    from lightning_gpu_engine import Config, resolve_hardware
+    from lightning_gpu_engine.bench import Setting
+
     cfg = Config(accelerator=spec.device, devices="1", strategy="auto")
     try:
         hw = resolve_hardware(cfg, channels_last=True)
@@ -157,6 +137,26 @@ def measure(
     args: argparse.Namespace, spec: ImageSpec, command: str, save: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     """Every row is handed to `save` as soon as it is measured: a crash late in the run keeps the earlier rows."""
+    import lightning
+    import torch
+    from lightning_gpu_engine import cpus_per_device
+    from lightning_gpu_engine.bench import device_name, interleaved_rounds, peak_flops
+
+    from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
+        flops_per_batch,
+        loader_rows,
+        run_lightning,
+        run_plain,
+        run_plain_predict,
+        run_predict,
+    )
+    from {{ cookiecutter.package_name }}.tasks.image_classification.decoding import (
+        torchcodec_available,
+    )
+    from {{ cookiecutter.package_name }}.tasks.image_classification.sources import (
+        write_photos,
+    )
+
     default = default_setting(spec)
     settings = matrix(spec.device, args.compile or spec.device == "cuda")
     settings, parts = select(settings + [default] * (default not in settings), args.only)
@@ -232,9 +232,19 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    if any_task.peek_task(argv) is not None:  # a team's own task: rows of its own, built through its TASK
+    task = peek_task(argv)
+    if task is not None:  # a team's own task: rows of its own, built through its TASK
+        check_task(task)
+        from lightning_gpu_engine.bench import any_task
+
         return any_task.main(argv)
     args = parse_args(argv)
+    from lightning_gpu_engine.bench import quiet_trainers, repeat_lines, table, write_json
+
+    from {{ cookiecutter.package_name }}.tasks.image_classification.bench import (
+        ImageSpec,
+    )
+
     spec = ImageSpec(
         device=args.device,
         batch_size=args.batch_size,

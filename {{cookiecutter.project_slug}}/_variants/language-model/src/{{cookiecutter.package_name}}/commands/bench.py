@@ -18,34 +18,17 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning
-import torch
-from lightning_gpu_engine import (
-    OneLineParser,
-    device_peak,
-    fail,
-    set_up_warnings,
-)
-from lightning_gpu_engine.bench import (
-    any_task,
-    check_json,
-    interleaved_rounds,
-    peak_flops,
-    quiet_trainers,
-    ratio_line,
-    spread,
-    write_json,
-)
+from lightning_gpu_engine import ConfigError, OneLineParser, check_output, fail, set_up_warnings
+from lightning_gpu_engine.bench import check_task, peek_task
 
-from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
-    LMSetting,
-    LMSpec,
-    run_lightning,
-    run_plain,
-)
 from {{ cookiecutter.package_name }}.tasks.language_model.config import SIZES
+
+if TYPE_CHECKING:  # torch, Lightning and the task's bench load once the flags are read
+    from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
+        LMSetting,
+    )
 
 # The CPU's: 200 steps of ~10 ms, so that a round outlasts the machine's jitter (6 steps gave rounds 0.49 to 2.46)
 DEFAULTS = {
@@ -72,6 +55,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, help="one device's dense bf16 peak, for a GPU not in peaks.py")
     parser.add_argument("--json", default="bench-results.json", help="where the results go (default: %(default)s)")
     args = parser.parse_args(argv)
+    for key in ("context", "batch_size", "vocab_size", "steps", "rounds"):
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
+    if args.warmup is not None and args.warmup < 0:
+        fail(f"--warmup: must be 0 or more, got {args.warmup}")
+    try:
+        check_output(args.json, "json")
+    except ConfigError as err:
+        fail(str(err))
+    import torch  # the flags are good: the device is asked for
+
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     elif args.device == "cuda" and not torch.cuda.is_available():
@@ -79,17 +73,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("context", "batch_size", "vocab_size", "steps", "rounds"):
-        if getattr(args, key) < 1:
-            fail(f"--{key.replace('_', '-')}: must be a positive integer, got {getattr(args, key)}")
-    if args.warmup < 0:
-        fail(f"--warmup: must be 0 or more, got {args.warmup}")
-    check_json(args.json)
     return args
 
 
 def matrix(device: str, with_compile: bool) -> tuple[list[LMSetting], LMSetting]:
     """Every setting, the default (what `python train.py` resolves to) among them, and the default."""
+    from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
+        LMSetting,
+    )
+
     if device == "cpu":
         settings = [LMSetting("32-true", False, False), LMSetting("bf16-mixed", False, False)]
         settings += [LMSetting("32-true", False, True)]
@@ -102,6 +94,8 @@ def matrix(device: str, with_compile: bool) -> tuple[list[LMSetting], LMSetting]
 
 
 def table(results: dict[str, Any]) -> str:
+    from lightning_gpu_engine.bench import ratio_line, spread
+
     lines = [
         f"{results['device']} | torch {results['torch']} | lightning {results['lightning']} | {results['model']} "
         f"context {results['context']}, batch {results['batch_size']} | {results['warmup']} warm-up + "
@@ -122,6 +116,17 @@ def table(results: dict[str, Any]) -> str:
 
 
 def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    import lightning
+    import torch
+    from lightning_gpu_engine import device_peak
+    from lightning_gpu_engine.bench import interleaved_rounds, peak_flops, write_json
+
+    from {{ cookiecutter.package_name }}.tasks.language_model.bench import (
+        LMSpec,
+        run_lightning,
+        run_plain,
+    )
+
     spec = LMSpec(
         device=args.device,
         batch_size=args.batch_size,
@@ -179,9 +184,15 @@ def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    if any_task.peek_task(argv) is not None:  # a team's own task: rows of its own, built through its TASK
+    task = peek_task(argv)
+    if task is not None:  # a team's own task: rows of its own, built through its TASK
+        check_task(task)
+        from lightning_gpu_engine.bench import any_task
+
         return any_task.main(argv)
     args = parse_args(argv)
+    from lightning_gpu_engine.bench import quiet_trainers
+
     command = shlex.join(["python", "bench.py", *(sys.argv[1:] if argv is None else argv)])
     with quiet_trainers():
         results = measure(args, command)

@@ -12,23 +12,15 @@ from pathlib import Path
 from lightning_gpu_engine import ConfigError, check_place, fail, parse_options
 
 from {{ cookiecutter.package_name }}.tasks.language_model.config import GenerateOptions
-from {{ cookiecutter.package_name }}.tasks.language_model.inputs import (
-    checkpoint_file,
-    hf_config,
-)
 
 DESCRIPTION = "Generate text with a checkpoint of train.py or GPT-2 weights. Every default is shown with its reason."
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:
-    opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)
-    try:  # what the names tell, before seconds of imports
+    opts = parse_options(argv, GenerateOptions, prog="generate.py", description=DESCRIPTION)  # its files too
+    try:  # where the output goes, before seconds of imports
         if opts.output is not None:
             check_place(Path(opts.output), "output")
-        if opts.checkpoint is not None:
-            checkpoint_file(opts.checkpoint)
-        else:
-            hf_config(Path(str(opts.pretrained)))
     except ConfigError as err:
         fail(str(err))
     import torch

@@ -36,6 +36,13 @@ class TokenizerOptions:
         if not self.output.endswith(".json"):
             raise ConfigError("output", f"must end in .json, got {self.output!r}")
 
+    def check_inputs(self) -> None:
+        from {{ cookiecutter.package_name }}.tasks.language_model.shards import (
+            text_files,
+        )
+
+        text_files(Path(self.data_dir))
+
 
 def main(argv: list[str] | None = None) -> None:
     opts = parse_options(argv, TokenizerOptions, prog="train_tokenizer.py", description=__doc__ or "")
