@@ -15,7 +15,7 @@ NAME = PACKAGE.name
 MAX_LINES = 250
 # What the engine may import besides itself and the standard library: its dependencies' import names, and the
 # optional ones it imports where asked (a tracker, the sweep's Optuna, the conformance suite's pytest)
-ALLOWED = {"torch", "lightning", "torchmetrics", "numpy", "yaml", "rich", "tensorboard", "litdata", "boto3"}
+ALLOWED = {"torch", "lightning", "torchmetrics", "numpy", "yaml", "rich", "tensorboard", "litdata", "boto3", "fsspec"}
 ALLOWED |= {"botocore", "lightning_utilities", "optuna", "matplotlib", "sqlalchemy", "pytest", "wandb", "mlflow"}
 
 

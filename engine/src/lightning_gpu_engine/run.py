@@ -11,7 +11,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning_gpu_engine.checkpoint.rundir import check_output_dir, check_resume_named, hold_output_dir, last_path
+from lightning_gpu_engine.checkpoint.rundir import check_output_dir, check_resume_named, last_path
+from lightning_gpu_engine.checkpoint.staging import hold_output, shown, stage_output
 from lightning_gpu_engine.config.cli import engine_options_hidden, fail, parse_run, save_yaml
 from lightning_gpu_engine.config.options import Config, check_logger
 from lightning_gpu_engine.config.values import ConfigError
@@ -28,6 +29,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     end_with_launcher()
     try:  # what the names and headers of files tell, before seconds of imports
         check_logger(cfg)
+        stage_output(cfg)  # an object-storage --output-dir: a staging folder here, --resume's checkpoint fetched
         check_output_dir(cfg)
         check_compile_cache(cfg)
         check_resume_named(cfg)
@@ -78,7 +80,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     rank_zero = launched_as_global_zero()  # node 0's first process only: every node has a first process
     with ExitStack() as held:
         try:
-            held.enter_context(hold_output_dir(cfg, rank_zero))  # one run at a time in an --output-dir
+            held.enter_context(hold_output(cfg, rank_zero))  # one run at a time in an --output-dir
         except ConfigError as err:  # another run holds it, or the disk is full
             fail(str(err))
         if rank_zero:
@@ -160,7 +162,7 @@ def _fit_and_test(
         print(
             f"{monitored(task, metrics, best is not None, trainer.global_step, cfg.val_every)}  "
             f"{task.test_metric}={metrics.get(task.test_metric, nan):.4f}  {extra}train throughput={throughput}  "
-            f"checkpoints: {last.parent.resolve()}"
+            f"checkpoints: {shown(last.parent.resolve())}"
         )
     return metrics
 

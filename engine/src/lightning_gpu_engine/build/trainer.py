@@ -166,7 +166,7 @@ def build_trainer(
         strategy=build_strategy(cfg, hw, wrap, fsdp2=task.fsdp2 if task else False, task=task),
         # saves that never leave a truncated file (or a half-written folder)
         plugins=[
-            AtomicCheckpointIO(cfg.checkpoint_format == "sharded", cfg.async_save),
+            AtomicCheckpointIO(cfg.checkpoint_format == "sharded", cfg.async_save, cfg.keep_last),
             *build_cluster_environments(),
         ],
         precision=hw.precision,

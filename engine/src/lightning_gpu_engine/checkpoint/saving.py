@@ -19,6 +19,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lightning_gpu_engine.checkpoint.files import out_of_space, partial_path, publish
+from lightning_gpu_engine.checkpoint.kept import LAST, keep_step
 from lightning_gpu_engine.checkpoint.rundir import last_path
 from lightning_gpu_engine.checkpoint.sharded import (
     ShardedWriter,
@@ -28,6 +29,7 @@ from lightning_gpu_engine.checkpoint.sharded import (
     remove_shard_folders,
 )
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
+from lightning_gpu_engine.checkpoint.staging import staged
 from lightning_gpu_engine.config.values import ConfigError
 
 
@@ -110,13 +112,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     with --checkpoint-format sharded the `sharded.ShardedWriter` (every rank's part, --async-save in the background).
 
     Every save passes here, whichever callback asks for it and in whatever order the callbacks run, so this is where
-    a nan in the weights is refused. (Under DDP only rank 0 comes here for a file; `guards.FiniteLossGuard` makes all
-    ranks refuse together before, so none is left waiting for the others.)
+    a nan in the weights is refused, and where a checkpoint, once whole, is kept as step-<N>.ckpt (--keep-last,
+    kept.py) and uploaded to an object-storage --output-dir (mirror.py). (Under DDP only rank 0 comes here for a file;
+    `guards.FiniteLossGuard` makes all ranks refuse together before, so none is left waiting for the others.)
     """
 
-    def __init__(self, sharded: bool = False, asynchronous: bool = False) -> None:
+    def __init__(self, sharded: bool = False, asynchronous: bool = False, keep_last: int = 0) -> None:
         super().__init__()
-        self.writer = ShardedWriter(asynchronous) if sharded else None
+        self.keep_last = keep_last
+        self.writer = ShardedWriter(asynchronous, self.published, staged()) if sharded else None
         self.needed: tuple[Path, int] | None = None  # the sharded save in flight: its name and its bytes
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
@@ -130,6 +134,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_torch_save(checkpoint, Path(path))
+        self.published(Path(path), int(checkpoint.get("global_step", 0)))
+        self.send_files()
+
+    def published(self, final: Path, step: int) -> None:
+        """Rank 0, once `final` is whole on disk (a sharded save: in the writer's thread, with --async-save):
+        uploaded where --output-dir is a URL, then kept as step-<step>.ckpt with --keep-last."""
+        mirror = staged()
+        if mirror is not None:
+            mirror.put_checkpoint(final, step)
+        if self.keep_last and final.name == LAST:
+            if mirror is not None:
+                mirror.keep_step(final, step, self.keep_last)
+            else:
+                keep_step(final, step, self.keep_last)
+
+    def send_files(self) -> None:
+        """config.yaml and the logs as they stand at a save, from the training thread, which writes them."""
+        mirror = staged()
+        if mirror is not None:
+            mirror.sync_files()
 
     def save_sharded(
         self, checkpoint: dict[str, Any], path: Path, folder: Path, rank: int, agree: Any, alike: Collection[str] = ()
@@ -146,6 +170,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             self.needed = (path, tensor_bytes(checkpoint))
             if path.name.startswith("hpc_ckpt_"):  # SLURM's requeue follows at once, and the job's end soon after
                 self.writer.wait()
+            if rank == 0:
+                self.send_files()
         except BaseException as err:
             if out_of_space(err):
                 raise CheckpointSpaceError(path, tensor_bytes(checkpoint)) from None
@@ -159,8 +185,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def remove_checkpoint(self, path: Any) -> None:
         if Path(path).is_symlink() or is_sharded(path):
             remove(Path(path))
-            return
-        super().remove_checkpoint(path)
+        else:
+            super().remove_checkpoint(path)
+        mirror = staged()
+        if mirror is not None:
+            mirror.removed(Path(path))
 
     def teardown(self) -> None:
         """The end of fit or test, or a stop: the save in flight is published before anything reads it; a disk that

@@ -22,14 +22,19 @@ import secrets
 import shutil
 import string
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.checkpoint.planner import SavePlan, WriteItem, WriteItemType
+
+from lightning_gpu_engine.checkpoint.store import StoreError
+
+if TYPE_CHECKING:
+    from lightning_gpu_engine.checkpoint.mirror import Mirror
 
 META = "meta.pt"  # Lightning's name for the non-tensor part (lightning.fabric.utilities.load._METADATA_FILENAME)
 
@@ -144,12 +149,16 @@ class RankZeroKeepsItsOwn(DefaultSavePlanner):
 class ShardedWriter:
     """Writes sharded checkpoints, one at a time: a save waits for the one before it. With `asynchronous`, a save
     copies the tensors to host memory (the only time training waits) and writes them in a background thread; the
-    name is switched by rank 0 once every rank's part is written."""
+    name is switched by rank 0 once every rank's part is written (and, to an object-storage --output-dir, uploaded:
+    each rank its own part, mirror.py), and then `published(name, step)` is called there."""
 
-    def __init__(self, asynchronous: bool) -> None:
+    def __init__(
+        self, asynchronous: bool, published: Callable[[Path, int], None] | None = None, mirror: Mirror | None = None
+    ) -> None:
         self.asynchronous = asynchronous
+        self.published, self.mirror = published, mirror
         self.pending: Future[Any] | None = None
-        self.published = threading.Event()
+        self.done = threading.Event()
         self.failure: BaseException | None = None
         self.group: Any = None
 
@@ -164,6 +173,7 @@ class ShardedWriter:
 
         self.wait()
         tensors, rest = split(checkpoint)
+        step = int(rest.get("global_step", 0))
         try:
             folder.mkdir(parents=True, exist_ok=True)
             if rank == 0:
@@ -173,41 +183,62 @@ class ShardedWriter:
                     os.fsync(fh.fileno())
             distributed = dist.is_available() and dist.is_initialized()
             writer, planner = FileSystemWriter(folder), RankZeroKeepsItsOwn(alike)
+            if distributed and self.group is None and (self.asynchronous or self.mirror is not None):
+                # the writing thread's collectives, and the ranks' word on their uploads, need a group of their own
+                # on the CPU: training's run on the default one
+                self.group = dist.new_group(backend="gloo")
             if not self.asynchronous:
                 dcp.save(tensors, storage_writer=writer, planner=planner)
-                if rank == 0:
-                    publish_folder(folder, final)
+                self._publish(folder, final, rank, step)
                 return
-            if distributed and self.group is None:
-                # the writing thread's collectives need a group of their own: training's run on the default one
-                self.group = dist.new_group(backend="gloo")
-            self.published.clear()
+            self.done.clear()
             saving = dcp.async_save(tensors, storage_writer=writer, planner=planner, process_group=self.group)
-        except BaseException:  # a full disk, a stop: the name stays on the last whole checkpoint, and this goes
-            shutil.rmtree(folder, ignore_errors=True)
+        except BaseException as err:  # a full disk, a stop: the name stays on the last whole checkpoint, and this goes
+            if not isinstance(err, StoreError):  # what the store did not get stays on this node, as its line says
+                shutil.rmtree(folder, ignore_errors=True)
             raise
         if not isinstance(saving, Future):  # an AsyncSaveResponse comes only with a stager of one's own
             saving = saving.upload_completion
-        saving.add_done_callback(lambda done: self._finish(done, folder, final, rank))
+        saving.add_done_callback(lambda done: self._finish(done, folder, final, rank, step))
         self.pending = saving
 
-    def _finish(self, done: Future[Any], folder: Path, final: Path, rank: int) -> None:
+    def _publish(self, folder: Path, final: Path, rank: int, step: int) -> None:
+        """Once every rank's part is on disk: uploaded, each rank its own, and the ranks agree it all went; then the
+        name is switched to it (rank 0)."""
+        if self.mirror is not None:
+            said = ""
+            try:
+                self.mirror.put_parts(folder, rank)
+            except StoreError as err:
+                said = str(err)
+            if self.group is not None:  # every rank's words, so rank 0 can say which part failed, and all stop
+                heard: list[Any] = [None] * torch.distributed.get_world_size(self.group)
+                torch.distributed.all_gather_object(heard, said, group=self.group)
+                said = said or next((words for words in heard if words), "")
+            if said:
+                raise StoreError(said)
+        if rank == 0:
+            publish_folder(folder, final)
+            if self.published is not None:
+                self.published(final, step)
+
+    def _finish(self, done: Future[Any], folder: Path, final: Path, rank: int, step: int) -> None:
         try:
             done.result()
-            if rank == 0:
-                publish_folder(folder, final)
+            self._publish(folder, final, rank, step)
         except BaseException as err:  # raised in the training thread by the next wait()
-            shutil.rmtree(folder, ignore_errors=True)
+            if not isinstance(err, StoreError):
+                shutil.rmtree(folder, ignore_errors=True)
             self.failure = err
         finally:
-            self.published.set()
+            self.done.set()
 
     def wait(self) -> None:
         """Until the save in flight is written and published; its failure is raised here."""
         if self.pending is None:
             return
         self.pending = None
-        self.published.wait()
+        self.done.wait()
         failure, self.failure = self.failure, None
         if failure is not None:
             raise failure

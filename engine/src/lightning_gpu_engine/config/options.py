@@ -88,11 +88,16 @@ class Config:
     seed: int = opt(42, "seeds Python, NumPy, torch and the loader workers")
     deterministic: bool = opt(False, "bitwise-reproducible kernels; slower, and turns cudnn.benchmark off")
     # --- run -------------------------------------------------------------------------------
-    output_dir: str = opt("outputs", "checkpoints, logs and the resolved config.yaml go here")
+    output_dir: str = opt(
+        "outputs",
+        "checkpoints, logs and the resolved config.yaml go here: a folder, or object storage (s3://bucket/prefix) "
+        "for runs without a shared disk, staged on this node and uploaded at each save",
+    )
     resume: str | None = opt(
         None,
         "'last' = <output-dir>/checkpoints/last.ckpt; 'auto' = the newest of it and a preemption checkpoint, "
-        "or a fresh start if neither exists (what a requeued job needs); or a checkpoint path",
+        "or a fresh start if neither exists (what a requeued job needs); or a checkpoint's path (or URL, where "
+        "--output-dir is one)",
     )
     logger: str = opt("tensorboard", "experiment tracker; wandb and mlflow need their package", LOGGERS)
     log_every_n_steps: int = opt(50, "logging reads metrics back from the GPU: not every step")
@@ -106,6 +111,16 @@ class Config:
         "file: one .ckpt, gathered on rank 0 (loads anywhere); sharded: a folder each rank writes its part of "
         "(torch.distributed.checkpoint), no gathering",
         CHECKPOINT_FORMATS,
+    )
+    keep_last: int = opt(
+        0,
+        "also keep the K newest saves of last.ckpt as checkpoints/step-<N>.ckpt, to go back to (hard links on a "
+        "disk, copies within object storage); 0 = last.ckpt alone",
+    )
+    store_timeout: float = opt(
+        20.0,
+        "object-storage --output-dir: seconds a request may move nothing before it fails in one line; 20 s lets a "
+        "stop's upload end within the 30 s that Kubernetes and SLURM give after SIGTERM",
     )
     async_save: bool = opt(False, "sharded: training waits only for a copy to host memory; the write goes on behind")
     val_every: int | None = opt(
@@ -154,6 +169,10 @@ class Config:
             raise ConfigError("warmup_fraction", f"must be in [0, 1), got {self.warmup_fraction}")
         if self.resume is not None and self.resume not in ("auto", "last") and not self.resume.endswith(".ckpt"):
             raise ConfigError("resume", f"give 'auto', 'last' or the path of a .ckpt file; got {self.resume!r}")
+        if self.keep_last < 0:
+            raise ConfigError("keep_last", f"must be 0 (last.ckpt alone) or a positive count, got {self.keep_last}")
+        if not (math.isfinite(self.store_timeout) and self.store_timeout > 0):
+            raise ConfigError("store_timeout", f"must be a positive number of seconds, got {self.store_timeout}")
         if self.strategy != "fsdp" and (self.activation_checkpointing or self.fsdp_sharding != "FULL_SHARD"):
             bad = "activation_checkpointing" if self.activation_checkpointing else "fsdp_sharding"
             raise ConfigError(bad, f"only applies with --strategy fsdp, not {self.strategy}")

@@ -29,6 +29,8 @@ def explain_failures(
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lightning_gpu_engine.checkpoint.saving import CheckpointSpaceError, NonFiniteWeightsError
+    from lightning_gpu_engine.checkpoint.staging import shown
+    from lightning_gpu_engine.checkpoint.store import StoreError
     from lightning_gpu_engine.reliability.guards import NonFiniteLossError
     from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
 
@@ -40,7 +42,7 @@ def explain_failures(
             fail(str(err))
         # the next batch's read failed (an outage): the step before was saved, and a stop noted meanwhile is honoured
         print(f"error: {err}", file=sys.stderr)
-        signum, where = stop.signum or 0, stop.path
+        signum, where = stop.signum or 0, shown(stop.path)
         step = trainer.global_step
         if signum:
             said = (
@@ -52,7 +54,7 @@ def explain_failures(
         raise SystemExit(128 + signum if signum else 2) from None
     except (NonFiniteLossError, NonFiniteWeightsError) as err:
         last = last_path(cfg.output_dir)
-        kept = f"the last good checkpoint {last} is untouched" if last.exists() else "no checkpoint was written"
+        kept = f"the last good checkpoint {shown(last)} is untouched" if last.exists() else "no checkpoint was written"
         # A fresh start: a resumed run would continue the saved optimizer and schedule
         fail(
             f"{err}; {kept}. Start again in another --output-dir with a lower --lr (now {cfg.lr:g}) or "
@@ -74,6 +76,11 @@ def explain_failures(
             "--output-dir, then --resume last",
             code=1,
         )
+    except StoreError as err:  # an object-storage --output-dir that stopped answering: during a stop's save, too
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
+        if trainer.is_global_zero:  # every rank knows, rank 0 says
+            print(f"error: --output-dir: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stop.signum if stop and stop.signum else 1) from None
     except (SIGTERMException, KeyboardInterrupt) as err:
         # KeyboardInterrupt: a second Ctrl-C once Lightning has put the default handlers back, after the save
         stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopOnSignal)), None)  # type: ignore[attr-defined]
@@ -89,7 +96,7 @@ def explain_failures(
                 file=sys.stderr,
             )
         elif trainer.is_global_zero:
-            where = stop.path if stop else ""
+            where = shown(stop.path) if stop else ""
             saved = f"saved {where}; continue with --resume last" if stop and stop.saved else "nothing to save yet"
             print(f"stopped by {name} at step {trainer.global_step}: {saved}", file=sys.stderr)
         raise SystemExit(128 + signum) from None

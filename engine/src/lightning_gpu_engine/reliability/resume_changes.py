@@ -78,6 +78,8 @@ FREE = (
     "logger",
     "log_every_n_steps",
     "checkpoint_every",
+    "keep_last",
+    "store_timeout",
     "val_every",
     "val_batches",
     "fast_dev_run",
