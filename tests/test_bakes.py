@@ -171,7 +171,7 @@ def test_ruff_lint_and_format_are_clean(baked: tuple[Row, Path]) -> None:
 
 
 # 0.39-0.91 CPU-minutes measured: the first bake of a Python version analyses torch and Lightning, the rest reuse it
-@pytest.mark.minutes(0.8)
+@pytest.mark.minutes(1)
 @pytest.mark.parametrize("answers", TYPED, ids=lambda row: f"{row['task']}-py{row['python_version']}")
 def test_mypy_is_clean(answers: Row, mypy_cache: Path, engine_python: Path, tmp_path: Path) -> None:
     project = bake(tmp_path, **answers)

@@ -17,8 +17,8 @@ HERE = Path(__file__).parent
 TEMPLATE = HERE.parent
 # The CPU-minutes of every test without a marker together (conftest.py's summary prints them after a run; each is
 # under UNMARKED_CPU_MINUTES, or the summary names it): bakes, hooks, lint, cruft, the GPU-evidence script's checks.
-# Measured 0.69 on this machine (2026-11-28)
-UNMARKED_MINUTES = 0.8
+# Measured 0.93 on this machine, with other work beside it (2026-11-28)
+UNMARKED_MINUTES = 1.0
 
 
 def marks_of(obj: Any) -> list[pytest.Mark]:

@@ -99,7 +99,7 @@ def scripts(project: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("task", "runs"),
     [
-        pytest.param("image-classification", IMAGE_RUNS, id="image-classifier", marks=pytest.mark.minutes(0.8)),
+        pytest.param("image-classification", IMAGE_RUNS, id="image-classifier", marks=pytest.mark.minutes(0.9)),
         pytest.param("language-model", LM_RUNS, id="language-model", marks=pytest.mark.minutes(0.7)),
     ],
 )

@@ -40,24 +40,28 @@ SWEEP = ["image_classification/test_sweep.py"]
 IMAGE_STREAMING = ["image_classification/test_streaming.py"]
 LM_STREAMING = ["language_model/test_streaming.py"]
 LM = {"task": "language-model"}
-# id: (answers, files left out, the only files run, its CPU-minutes: conftest.py holds it to them). The most of three
-# clean clones' .ci/run on 2 cores, with the runs forked warm (2026-11-28): defaults 3.87, language model 3.05,
-# streaming 3.07 and 1.35, sweep 3.61, stops 1.95, the fp16 and fp32 bakes 0.16; the engine's 7.11 and 3.76
+# id: (answers, files left out, the only files run, its CPU-minutes: conftest.py reports a part over it). A clean
+# clone's .ci/run on 2 cores with other work beside it (2026-11-28, after issue 49's conformance kills): defaults
+# 5.09, language model 3.65, streaming 3.45 and 1.74, sweep 3.84, stops 2.05, the fp16 and fp32 bakes 0.19
 SUITES = {
-    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 3.9),
-    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2),
-    "defaults-sweep": ({}, [], SWEEP, 3.7),
-    "defaults-streaming": ({}, [], IMAGE_STREAMING, 3.1),
+    "defaults": ({}, [*IMAGE_STOPS_AND_RESUMES, *SWEEP, *IMAGE_STREAMING], [], 5.2),
+    "defaults-image-stops-and-resumes": ({}, [], IMAGE_STOPS_AND_RESUMES, 2.1),
+    "defaults-sweep": ({}, [], SWEEP, 3.9),
+    "defaults-streaming": ({}, [], IMAGE_STREAMING, 3.5),
     "fp16-fsdp-csv": (FP16_FSDP_CSV, [], ANSWER_READERS, 0.2),
     "fp32-eager-nchw-mlflow": (FP32_EAGER_NCHW_MLFLOW, [], ANSWER_READERS, 0.2),
-    "language-model": (LM, [*LM_STREAMING], [], 3.1),
-    "language-model-streaming": (LM, [], LM_STREAMING, 1.4),
+    "language-model": (LM, [*LM_STREAMING], [], 3.7),
+    "language-model-streaming": (LM, [], LM_STREAMING, 1.8),
 }
 # The engine's own suite runs once, against the engine installed from its wheel, in two parts that share the cores:
 # its signal and multi-process files are a part of their own. id: (files left out, the only files run, CPU-minutes)
 ENGINE_PROCESSES = ["test_stops.py", "test_distributed.py", "test_multinode.py"]
 ENGINE_PROCESSES += ["test_compile_cache.py", "test_muon.py", "test_sharded_checkpoints.py"]
-ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 7.2), "engine-processes": ([], ENGINE_PROCESSES, 3.8)}
+# the stops at epochs' edges and the runs to object storage (issues 49 and 50): minutes of tiny runs
+ENGINE_PROCESSES += ["test_epoch_edges.py", "test_object_storage.py", "test_store_failures.py", "test_keep_last.py"]
+# engine-processes measured 4.08 before the four files above joined it; engine's part was not measured whole after
+# issues 49 and 50 (it failed on a doc table): estimates from the new files' own runs, to be measured
+ENGINE_PARTS = {"engine": (ENGINE_PROCESSES, [], 10), "engine-processes": ([], ENGINE_PROCESSES, 9)}
 
 
 SuitePasses = Callable[..., None]
@@ -180,8 +184,8 @@ ZOO = "image_classification/test_model_zoo.py"  # every model --model can name: 
 @pytest.mark.parametrize(
     "task",
     [
-        pytest.param("image-classification", marks=[pytest.mark.suite, pytest.mark.minutes(0.5)]),
-        pytest.param("language-model", marks=[pytest.mark.suite, pytest.mark.minutes(1.6)]),
+        pytest.param("image-classification", marks=[pytest.mark.suite, pytest.mark.minutes(1.5)]),
+        pytest.param("language-model", marks=[pytest.mark.suite, pytest.mark.minutes(1.8)]),
     ],
 )
 def test_generated_slow_tests_pass(tmp_path: Path, suite_passes: SuitePasses, task: str) -> None:

@@ -14,7 +14,7 @@ TEMPLATE = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.minutes(2.2)
+@pytest.mark.minutes(2.3)
 def test_readme_quickstart_trains_above_90_percent(tmp_path: Path, time_limit: float, engine_python: Path) -> None:
     project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path)))
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
