@@ -39,14 +39,16 @@ def test_predict_refuses_an_output_that_is_a_folder_before_predicting(tmp_path: 
     ],
 )
 def test_export_refuses_a_suffix_of_the_other_format(tmp_path: Path, fmt: str, name: str, said: str) -> None:
-    checkpoint, output = str(tmp_path / "any.ckpt"), str(tmp_path / name)
-    done = run_script("export.py", "--checkpoint", checkpoint, "--format", fmt, "--output", output)
+    checkpoint, output = tmp_path / "any.ckpt", str(tmp_path / name)
+    checkpoint.write_bytes(b"never read: the output is refused first")  # a missing one is refused before
+    done = run_script("export.py", "--checkpoint", str(checkpoint), "--format", fmt, "--output", output)
     assert (done.returncode, done.stderr.strip()) == (2, f"error: --output: {said}")
-    assert written(tmp_path) == []
+    assert written(tmp_path) == ["any.ckpt"]
 
 
 def test_export_refuses_an_output_that_is_a_folder(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").mkdir()
+    (tmp_path / "any.ckpt").write_bytes(b"never read: the output is refused first")  # a missing one is refused before
     done = run_script("export.py", "--checkpoint", str(tmp_path / "any.ckpt"), "--output", str(tmp_path / "model.onnx"))
     said = f"{tmp_path / 'model.onnx'} is a folder; give a file path ending in .onnx"
     assert (done.returncode, done.stderr.strip()) == (2, f"error: --output: {said}")
