@@ -111,7 +111,7 @@ SIGNALS_ITSELF = """
 import importlib.util, os, signal, sys
 import lightning as L
 from lightning_gpu_engine import run
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 class SignalHere(L.Callback):
     def {hook}:

@@ -1,5 +1,5 @@
-"""The guide's claims about the code, read from the code: docs/layout.md's table of other packages' private names
-names every one the engine's modules reach, file by file."""
+"""The maintainers' claims about the code, read from the code: engine/UPGRADING.md's table of other packages' private
+names names every one the engine's modules reach, file by file."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from pathlib import Path
 
 import lightning_gpu_engine
 
-from .conftest import guide
-
 PACKAGE = Path(lightning_gpu_engine.__file__).parent
+UPGRADING = Path(__file__).resolve().parents[1] / "UPGRADING.md"  # maintainers' tables, beside CHANGELOG.md
 
 
 def private(part: str) -> bool:
@@ -49,8 +48,8 @@ def reached_privates(source: str) -> set[str]:
 
 
 def table() -> dict[str, str]:
-    """docs/layout.md's "Private names of other packages": file -> what its row names."""
-    section = guide("layout").split("## Private names of other packages")[1].split("\n## ")[0]
+    """UPGRADING.md's private names of other packages: file -> what its row names."""
+    section = UPGRADING.read_text().split("the private names the engine uses")[1].split("\n## ")[0]
     return dict(re.findall(r"^\| `([\w/]+\.py)` \| (.*?) \|", section, flags=re.M))
 
 
@@ -62,7 +61,7 @@ def test_the_private_names_table_names_every_private_name_the_engine_reaches() -
         for name in reached_privates(path.read_text())
         if name not in rows.get(path.relative_to(PACKAGE).as_posix(), "")
     }
-    assert missing == set(), "docs/layout.md's private-names table misses these"
+    assert missing == set(), "UPGRADING.md's private-names table misses these"
     assert [f for f in rows if not (PACKAGE / f).is_file()] == [], "the table names files the engine no longer has"
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from lightning_gpu_engine import Task, main
 from lightning_gpu_engine.bench import any_task
-from lightning_gpu_engine.build.trainer import RunDDP, build_strategy
+from lightning_gpu_engine.trainer.trainer import RunDDP, build_strategy
 
 from .conftest import TOY, guide
 from .team_tasks import gan, sequence

@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
 

@@ -1,4 +1,4 @@
-"""Outputs written whole or not at all (checkpoint/files.py), by writers that share one: a sweep's workers each
+"""Outputs written whole or not at all (tools/files.py), by writers that share one: a sweep's workers each
 write its report; and a partial output is watched from before it exists, so that no kill leaves one behind."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from lightning_gpu_engine import ConfigError
 from lightning_gpu_engine.checkpoint import files, watcher
-from lightning_gpu_engine.checkpoint.files import PartialFolder, partial_path, write_text
+from lightning_gpu_engine.tools.files import PartialFolder, partial_path, write_text
 
 WRITERS, ROUNDS = 4, 25
 

@@ -1,9 +1,11 @@
-"""The engine reads like a package: a few subpackages, each with its one-sentence job; no import circles; no file a
-newcomer cannot read in one sitting; and it imports nothing but the standard library, its dependencies and itself."""
+"""The engine reads like a package: a few subpackages, each with its one-sentence job; parts stacked in the layers their
+docstrings state, with no circle between files or between parts; no file a newcomer cannot read in one sitting; and it
+imports nothing but the standard library, its dependencies and itself."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -87,6 +89,51 @@ def test_the_circle_check_sees_one_through_a_function_level_import() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+def part(module: str) -> str:
+    """The part a module belongs to: its subpackage, its own name at the top, or the front door itself."""
+    return module.split(".")[1] if "." in module else module
+
+
+def part_graph() -> dict[str, set[str]]:
+    """Which parts each part imports at run time; the names the front door imports on first use are not counted."""
+    edges: dict[str, set[str]] = {}
+    for name, targets in graph().items():
+        edges.setdefault(part(name), set()).update(part(t) for t in targets if part(t) != part(name))
+    return edges
+
+
+def stated_layers() -> dict[str, tuple[int, set[str]]]:
+    """Each part's `Layer N: imports ...` line, from its package's __init__ or its module's docstring."""
+    stated = {}
+    for name, path in modules().items():
+        if name.count(".") > 1 or (name.count(".") == 1 and path.name != "__init__.py" and path.parent != PACKAGE):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        line = re.search(r"^Layer (\d+)\b.*: imports (.*)$", doc, re.M)
+        assert line, f"{path.relative_to(PACKAGE)}: its docstring states no `Layer N: imports ...` line"
+        stated[part(name)] = (int(line.group(1)), set(re.findall(r"`(\w+)`", line.group(2).split("(")[0])))
+    return stated
+
+
+def test_each_part_imports_only_what_its_docstring_states_and_only_from_below() -> None:
+    stated = stated_layers()
+    assert stated.keys() == part_graph().keys()
+    unstated = {p: sorted(uses - stated[p][1]) for p, uses in part_graph().items() if uses - stated[p][1]}
+    assert unstated == {}, "parts that import parts their docstring's layer line does not name"
+    upward = {p: sorted(u for u in names if stated[u][0] >= layer) for p, (layer, names) in stated.items()}
+    assert {p: u for p, u in upward.items() if u} == {}, "a part that may import a part of its own layer or above"
+
+
+def test_no_circle_between_parts() -> None:
+    assert circles(part_graph()) == []
+
+
+def test_the_layer_check_sees_a_part_that_imports_upward() -> None:
+    edges = part_graph()
+    edges["tools"] = edges["tools"] | {"trainer"}
+    assert circles(edges)
+
+
 def test_no_file_is_longer_than_a_sitting() -> None:
     assert {
         n: len(p.read_text().splitlines()) for n, p in modules().items() if len(p.read_text().splitlines()) > MAX_LINES
@@ -95,7 +142,7 @@ def test_no_file_is_longer_than_a_sitting() -> None:
 
 def test_each_subpackage_says_its_job_in_one_sentence() -> None:
     for init in sorted(PACKAGE.glob("*/__init__.py")):
-        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        doc = (ast.get_docstring(ast.parse(init.read_text())) or "").split("\n\n")[0]
         assert doc.count(". ") == 0 and doc.endswith("."), f"{init.parent.name}: {doc!r} is not one sentence"
 
 

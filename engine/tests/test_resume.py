@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
-from lightning_gpu_engine.build.trainer import build_trainer
+from lightning_gpu_engine.trainer.trainer import build_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.data.loaders import (
     ResumableLoader,

@@ -15,7 +15,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
 from lightning_gpu_engine import main, run_hparams
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from lightning_gpu_engine.checkpoint.after_hooks import MOMENTS
 
 

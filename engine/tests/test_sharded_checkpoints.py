@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from lightning_gpu_engine import main, read_checkpoint
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
 from lightning_gpu_engine.testing.processes import wait_until
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import lightning as L
 from torch.utils.data import Dataset
 from lightning_gpu_engine import ConfigError, run
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 FLAG, DONE = Path({flag!r}), Path({flag!r} + ".done")
 

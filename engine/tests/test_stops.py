@@ -22,7 +22,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.multiprocessing.reductions import rebuild_storage_fd
 
-from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, waiting_for
+from lightning_gpu_engine.tools.signals import STOP_SIGNALS, waiting_for
 from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
 from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
@@ -161,7 +161,7 @@ SLOW_WORKER_START = """
 import os, runpy, signal, sys
 import lightning as L
 from torch.utils.data._utils import signal_handling
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 training = False  # what a worker forked from this process finds: True once training has started
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
-from lightning_gpu_engine.data.object_storage import BOUND_S
+from lightning_gpu_engine.tools.object_storage import BOUND_S
 from lightning_gpu_engine.testing import ranks
 from lightning_gpu_engine.testing.script_runs import validations
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
         ("hardware", "perf.hardware"),
         ("checkpoints", "checkpoint.saving"),
         ("module", "module"),
-        ("checkpoint.files", "checkpoint.files"),
+        ("tools.files", "tools.files"),
     ],
 )
 def test_an_old_engine_module_is_the_engines_own(old: str, new: str) -> None:
@@ -33,7 +33,7 @@ def test_an_old_engine_module_is_the_engines_own(old: str, new: str) -> None:
 
 
 def test_an_error_class_raised_by_the_engine_is_caught_through_the_old_name() -> None:
-    files = importlib.import_module(f"{PACKAGE}.engine.checkpoint.files")
+    files = importlib.import_module(f"{PACKAGE}.engine.tools.files")
     hardware = importlib.import_module(f"{PACKAGE}.engine.hardware")
     assert files.OutputBusyError is lightning_gpu_engine.OutputBusyError
     assert hardware.Hardware is lightning_gpu_engine.Hardware

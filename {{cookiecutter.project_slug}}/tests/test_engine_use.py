@@ -44,12 +44,12 @@ def test_the_project_imports_the_engine_through_its_front_doors_alone() -> None:
 
 def test_the_check_sees_a_module_of_the_engine_imported_from_the_package_or_a_script(tmp_path: Path) -> None:
     (tmp_path / "src" / "team").mkdir(parents=True)
-    (tmp_path / "src" / "team" / "task.py").write_text("def f():\n    from lightning_gpu_engine.build import trainer\n")
+    (tmp_path / "src" / "team" / "task.py").write_text("def f():\n    from lightning_gpu_engine.trainer import trainer\n")
     (tmp_path / "train.py").write_text("from lightning_gpu_engine import Task, main\nimport lightning_gpu_engine.run\n")
     (tmp_path / "bench.py").write_text("from lightning_gpu_engine.bench import any_task, not_there\n")
     assert side_doors(tmp_path) == [
         "bench.py imports lightning_gpu_engine.bench.not_there",
-        "src/team/task.py imports lightning_gpu_engine.build.trainer",
+        "src/team/task.py imports lightning_gpu_engine.trainer.trainer",
         "train.py imports lightning_gpu_engine.run",
     ]
 

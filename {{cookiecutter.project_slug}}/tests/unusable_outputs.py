@@ -1,6 +1,6 @@
 """What the output tests of both tasks share: every way an output cannot be put in place, and the check that an entry
 point, run in this process through its main, refuses each in one line naming its flag, before any work, writing
-nothing (the engine's checkpoint/files.py is the one path every output goes through)."""
+nothing (the engine's tools/files.py is the one path every output goes through)."""
 
 from __future__ import annotations
 

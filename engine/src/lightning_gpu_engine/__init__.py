@@ -6,6 +6,8 @@ Start at `run.main` (the order of a run), then `Task` (what a task gives the eng
 (what a task's LightningModule and DataModule build on), and `testing.TaskConformance` (the proof that a task keeps
 every feature). The names that need torch or Lightning are imported on first use, so `train.py --help` and a bad flag
 answer at once.
+
+Layer 9, the front door: imports `config`, `tools`, `moved`, `run` and `task` (the others on first use).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lightning_gpu_engine.checkpoint.files import (
+from lightning_gpu_engine.tools.files import (
     OutputBusyError,
     PartialFolder,
     check_output,
@@ -26,7 +28,7 @@ from lightning_gpu_engine.checkpoint.files import (
     publish,
     write_text,
 )
-from lightning_gpu_engine.checkpoint.rundir import check_writable_dir, last_path
+from lightning_gpu_engine.tools.rundir import check_writable_dir, last_path
 
 # Light: options, the Task, the entry point's loop, files and one-line messages import neither torch nor Lightning.
 from lightning_gpu_engine.config.cli import OneLineParser, converter, fail, note, parse_options, parse_run, read_yaml
@@ -38,9 +40,9 @@ from lightning_gpu_engine.run import main, run
 from lightning_gpu_engine.task import AFRESH, RECORD, SCHEDULE, Task, first_dim, saved_record
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports each when first used
-    from lightning_gpu_engine.build.launchers import launched_as_global_zero
-    from lightning_gpu_engine.build.optimizers import no_decay_names
-    from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units, measuring_trainer
+    from lightning_gpu_engine.trainer.launchers import launched_as_global_zero
+    from lightning_gpu_engine.optimizers import no_decay_names
+    from lightning_gpu_engine.trainer.trainer import build_trainer, fsdp_units, measuring_trainer
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, read_checkpoint
     from lightning_gpu_engine.data.loaders import eval_loader, train_loader
     from lightning_gpu_engine.data.streaming import StreamedItems, read_made_by
@@ -53,7 +55,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from lightning_gpu_engine.perf.peaks import HALF_PRECISIONS, device_peak, peak_flops
     from lightning_gpu_engine.perf.promises import RunPromises
     from lightning_gpu_engine.reliability.guards import check_enough_data
-    from lightning_gpu_engine.reliability.signals import run_stoppable
+    from lightning_gpu_engine.tools.signals import run_stoppable
     from lightning_gpu_engine.testing.conformance import TaskConformance
 
 # name: (module, attribute in it)
@@ -68,7 +70,7 @@ _HEAVY = {
     "train_loader": ("data.loaders", "train_loader"),
     "EngineModule": ("module", "EngineModule"),
     "clean_name": ("module", "clean_name"),
-    "no_decay_names": ("build.optimizers", "no_decay_names"),
+    "no_decay_names": ("optimizers", "no_decay_names"),
     "run_hparams": ("module", "run_hparams"),
     "warmup_cosine": ("module", "warmup_cosine"),
     "HALF": ("perf.monitors", "HALF"),
@@ -79,17 +81,17 @@ _HEAVY = {
     "peak_flops": ("perf.peaks", "peak_flops"),
     "read_checkpoint": ("checkpoint.checks", "read_checkpoint"),
     "RunPromises": ("perf.promises", "RunPromises"),
-    "run_stoppable": ("reliability.signals", "run_stoppable"),
+    "run_stoppable": ("tools.signals", "run_stoppable"),
     "StreamedItems": ("data.streaming", "StreamedItems"),
     "chunks_output": ("data.streaming_write", "chunks_output"),
     "parse_chunk_bytes": ("data.streaming_write", "parse_chunk_bytes"),
     "read_made_by": ("data.streaming", "read_made_by"),
     "write_chunks": ("data.streaming_write", "write_chunks"),
     "TaskConformance": ("testing.conformance", "TaskConformance"),
-    "build_trainer": ("build.trainer", "build_trainer"),
-    "fsdp_units": ("build.trainer", "fsdp_units"),
-    "launched_as_global_zero": ("build.launchers", "launched_as_global_zero"),
-    "measuring_trainer": ("build.trainer", "measuring_trainer"),
+    "build_trainer": ("trainer.trainer", "build_trainer"),
+    "fsdp_units": ("trainer.trainer", "fsdp_units"),
+    "launched_as_global_zero": ("trainer.launchers", "launched_as_global_zero"),
+    "measuring_trainer": ("trainer.trainer", "measuring_trainer"),
 }
 __all__ = [  # the light names and those of _HEAVY, sorted
     "AFRESH",

@@ -1,6 +1,9 @@
 """`python -m lightning_gpu_engine docs|eject|bench|sweep`: the engine's guide for this version, the way out of the
 package for a team that must change the engine itself, and the benchmark and the search for any task's file (`--task
-my_task`), with no project around it. docs and eject need only the standard library: they answer without torch."""
+my_task`), with no project around it. docs and eject need only the standard library: they answer without torch.
+
+Layer 12: imports `bench`, `eject` and `sweep`.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ dependency dropped; all or nothing. Standard library only: it runs where torch i
 Everything is read and rewritten in memory first, so an unreadable file refuses the eject before anything is written.
 The engine's copy is then written beside its place and renamed into it, the rewritten files likewise, and a failure
 on the way puts back every byte it had replaced: the project is as it was, and a second eject is not refused.
+
+Layer 0: imports no other part.
 """
 
 from __future__ import annotations

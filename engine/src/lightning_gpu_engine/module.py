@@ -10,6 +10,8 @@ writes one `shared_step(batch, stage)` that returns the loss: training, validati
 - linear warm-up then cosine decay per optimizer step, which under 16-mixed skips the steps GradScaler skipped;
 - MFU: `example_input(batch_size)` is counted on the meta device, and the throughput monitor divides it by time;
 - for a task that declares channels_last (`Task.channels_last`), `self.net` and its 4-D floating inputs in NHWC.
+
+Layer 3: imports `config`, `optimizers` and `perf`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torchmetrics import Metric
 
-from lightning_gpu_engine.build.optimizers import MuonWithAdamW, muon_names, no_decay_names, split_for_muon
+from lightning_gpu_engine.optimizers import MuonWithAdamW, muon_names, no_decay_names, split_for_muon
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import parse_betas
 from lightning_gpu_engine.perf.hardware import Hardware

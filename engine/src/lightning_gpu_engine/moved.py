@@ -4,6 +4,8 @@ Projects baked before the engine was a package had its modules in `src/<package>
 them from there (`from <package>.engine.hardware import Hardware`). After the update that path names this package:
 each `<package>.engine.X` is the very module object `lightning_gpu_engine.Y` (one copy, so one set of error classes
 that `except` can catch), where Y is X or, for a module that moved when the engine became a package, its new place.
+
+Layer 0: imports no other part.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -26,36 +29,56 @@ MOVED = {
     "compile_cache": "perf.compile_cache",
     "config": "config.options",
     "eval_split": "data.eval_split",
-    "files": "checkpoint.files",
+    "files": "tools.files",
     "guards": "reliability.guards",
     "hardware": "perf.hardware",
     "loaders": "data.loaders",
-    "loggers": "build.loggers",
+    "loggers": "trainer.loggers",
     "metric_state": "reliability.metric_state",
     "monitors": "perf.monitors",
     "networks": "perf.networks",
-    "object_storage": "data.object_storage",
-    "optimizers": "build.optimizers",
+    "object_storage": "tools.object_storage",
     "peaks": "perf.peaks",
-    "profiling": "perf.profiling",
     "promises": "perf.promises",
     "quiet": "config.quiet",
     "resume": "reliability.resume",
     "resume_changes": "reliability.resume_changes",
-    "rundir": "checkpoint.rundir",
+    "rundir": "tools.rundir",
     "script_runs": "testing.script_runs",
     "sharded": "checkpoint.sharded",
     "sharded_read": "checkpoint.sharded_read",
-    "sharding": "build.sharding",
-    "signals": "reliability.signals",
-    "steps": "build.steps",
+    "sharding": "trainer.sharding",
+    "signals": "tools.signals",
+    "steps": "trainer.steps",
     "stop_on_signal": "reliability.stop_on_signal",
     "streaming": "data.streaming",
     "streaming_write": "data.streaming_write",
     "testing": "testing.conformance",
-    "trainer": "build.trainer",
-    "validation": "build.validation",
+    "trainer": "trainer.trainer",
+    "validation": "trainer.validation",
 }
+
+
+# Modules of this package that moved in 1.3, when its parts were stacked in layers (docs/layout.md): their 1.2 paths
+# keep working, with a DeprecationWarning that names the new one, until 1.4.
+RENAMED = {
+    "build": "trainer",
+    "build.optimizers": "optimizers",
+    "checkpoint.files": "tools.files",
+    "checkpoint.rundir": "tools.rundir",
+    "checkpoint.watcher": "tools.watcher",
+    "data.object_storage": "tools.object_storage",
+    "perf.profiling": "profiling",
+    "reliability.signals": "tools.signals",
+}
+
+
+def renamed(path: str) -> str | None:
+    """Where `path`, dotted below this package, is since 1.3; None where it did not move."""
+    if path in RENAMED:
+        return RENAMED[path]
+    first, dot, rest = path.partition(".")
+    return f"{RENAMED[first]}{dot}{rest}" if first in RENAMED and dot else None
 
 
 def new_name(old: str) -> str:
@@ -86,6 +109,34 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         sys.modules[module.__name__] = importlib.import_module(new_name(module.__name__.removeprefix(self.prefix)))
+
+
+class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a 1.2 path of a module that moved in 1.3 as the module at its new place, and says so once."""
+
+    prefix = __package__ + "."
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        new = renamed(fullname.removeprefix(self.prefix)) if fullname.startswith(self.prefix) else None
+        found = importlib.util.find_spec(self.prefix + new) if new else None
+        if found is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=found.submodule_search_locations is not None)
+
+    def exec_module(self, module: ModuleType) -> None:
+        new = self.prefix + str(renamed(module.__name__.removeprefix(self.prefix)))
+        warnings.warn(
+            f"{module.__name__} is {new} since lightning-gpu-engine 1.3; the old path goes in 1.4",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        sys.modules[module.__name__] = importlib.import_module(new)
+
+
+if not any(isinstance(f, _Renamed) for f in sys.meta_path):
+    sys.meta_path.insert(0, _Renamed())  # before the path finder, which would load a second copy below an alias
 
 
 def left_behind(alias: Path) -> dict[str, Path]:

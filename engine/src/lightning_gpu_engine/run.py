@@ -1,5 +1,8 @@
 """`main(task)`: a task trained end to end. Parse, check the output dir, resolve the hardware, build, fit, test, and
-print one summary line. The entry point's side of the line: every ConfigError raised below ends here, as one line."""
+print one summary line. The entry point's side of the line: every ConfigError raised below ends here, as one line.
+
+Layer 8: imports `config`, `tools`, `checkpoint`, `perf`, `profiling`, `reliability`, `task` and `trainer`.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +14,13 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning_gpu_engine.checkpoint.rundir import check_output_dir, check_resume_named, last_path
+from lightning_gpu_engine.tools.rundir import check_output_dir, check_resume_named, last_path
 from lightning_gpu_engine.checkpoint.staging import hold_output, shown, stage_output
 from lightning_gpu_engine.config.cli import engine_options_hidden, fail, parse_run, save_yaml
 from lightning_gpu_engine.config.options import Config, check_logger
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.perf.compile_cache import check_compile_cache
-from lightning_gpu_engine.reliability.signals import end_with_launcher
+from lightning_gpu_engine.tools.signals import end_with_launcher
 from lightning_gpu_engine.task import Task
 
 if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
@@ -39,8 +42,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     import lightning as L
 
-    from lightning_gpu_engine.build.launchers import check_launcher, launched_as_global_zero
-    from lightning_gpu_engine.build.trainer import build_trainer, fsdp_units
+    from lightning_gpu_engine.trainer.launchers import check_launcher, launched_as_global_zero
+    from lightning_gpu_engine.trainer.trainer import build_trainer, fsdp_units
     from lightning_gpu_engine.checkpoint.averaged import UseTheAverage
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, check_same_network
     from lightning_gpu_engine.checkpoint.saving import resume_path
@@ -94,7 +97,7 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         if cache is not None and rank_zero:
             print(cache.found, flush=True)
         if cfg.profile:
-            from lightning_gpu_engine.perf.profiling import profile
+            from lightning_gpu_engine.profiling import profile
 
             return profile(cfg, hw, model, datamodule, wrap=wrap, task=task)
         logger_version = (saved.get("exact_resume") or {}).get("logger_version")  # a resumed run logs on in its run
@@ -190,7 +193,7 @@ def run(task: Task, argv: list[str] | None = None) -> None:
         print("stopped by SIGINT", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
     finally:
-        from lightning_gpu_engine.reliability.signals import (
+        from lightning_gpu_engine.tools.signals import (
             ignore_while_exiting,  # imports no Lightning: a bad flag's exit stays instant
         )
 

@@ -3,6 +3,8 @@
 The engine parses the task's options beside its own, resolves the hardware, builds the task's DataModule and
 LightningModule, and runs them with every feature it has: precision, compile, DDP/FSDP, SLURM requeue, checkpoints that
 survive a kill, exact resume, stop on a signal, throughput and MFU, one-line errors.
+
+Layer 4: imports `config`, `module` and `optimizers`.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class Task:
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
         if cfg.optimizer == "muon":
-            from lightning_gpu_engine.build.optimizers import check_muon
+            from lightning_gpu_engine.optimizers import check_muon
             from lightning_gpu_engine.module import engine_built_optimizer
 
             check_muon(model, engine_built_optimizer(model))

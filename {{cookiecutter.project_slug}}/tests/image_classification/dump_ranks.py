@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from lightning_gpu_engine.testing.ranks import DumpRank
 
 import train

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from lightning_gpu_engine.testing.ranks import DumpRank
 from torchmetrics import Metric
 

@@ -17,7 +17,7 @@ from conftest import SAVING, Launch, finish, free_port, kill_at_pause, wait, wai
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning_gpu_engine import read_checkpoint
-from lightning_gpu_engine.build.trainer import block_types, build_strategy
+from lightning_gpu_engine.trainer.trainer import block_types, build_strategy
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf import hardware
 from lightning_gpu_engine.testing.ranks import assert_ranks_agree, load_ranks

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from lightning_gpu_engine.build.trainer import block_types
+from lightning_gpu_engine.trainer.trainer import block_types
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf.hardware import Hardware
 from torch.distributed.fsdp import FullyShardedDataParallel

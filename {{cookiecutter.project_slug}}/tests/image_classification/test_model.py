@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning_gpu_engine.build.trainer import block_types
+from lightning_gpu_engine.trainer.trainer import block_types
 from lightning_gpu_engine.config.values import ConfigError
 from torch import nn
 

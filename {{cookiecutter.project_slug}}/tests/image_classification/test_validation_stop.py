@@ -22,7 +22,7 @@ SIGNALS_ITSELF = """
 import os, signal, sys
 import lightning as L
 import train
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 class SigtermInValidation(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):

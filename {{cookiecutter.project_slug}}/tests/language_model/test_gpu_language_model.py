@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import run_script, run_train
-from lightning_gpu_engine.build.trainer import build_trainer
+from lightning_gpu_engine.trainer.trainer import build_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf.hardware import resolve
 from torch.profiler import ProfilerActivity, profile

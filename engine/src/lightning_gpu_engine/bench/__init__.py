@@ -1,5 +1,8 @@
 """The benchmark's parts for a project's bench.py, imported from here: timing, loader speed, the report, and any
-task's rows (`any_task`)."""
+task's rows (`any_task`).
+
+Layer 10: imports `lightning_gpu_engine`.
+"""
 
 from __future__ import annotations
 

@@ -1,2 +1,5 @@
-"""Writing and reading checkpoints: atomic single files and sharded folders, when they are saved, the run folder that
-holds them, and the checks before a resume."""
+"""Writing and reading checkpoints: atomic single files and sharded folders, when they are saved and after which hooks,
+their mirror on object storage, and the checks before a resume.
+
+Layer 2: imports `config` and `tools`.
+"""

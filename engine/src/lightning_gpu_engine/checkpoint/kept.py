@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from lightning_gpu_engine.checkpoint.files import partial_path, publish
+from lightning_gpu_engine.tools.files import partial_path, publish
 
 LAST = "last.ckpt"
 STEP = re.compile(r"^step-(\d+)\.ckpt$")

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 
-from lightning_gpu_engine.checkpoint.rundir import alive
+from lightning_gpu_engine.tools.rundir import alive
 from lightning_gpu_engine.checkpoint.store import Conflict, Store, StoreError, Unsupported
 from lightning_gpu_engine.config.values import ConfigError
 

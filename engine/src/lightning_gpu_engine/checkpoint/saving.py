@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from lightning_gpu_engine.checkpoint.files import out_of_space, partial_path, publish
+from lightning_gpu_engine.tools.files import out_of_space, partial_path, publish
 from lightning_gpu_engine.checkpoint.kept import LAST, keep_step
-from lightning_gpu_engine.checkpoint.rundir import last_path
+from lightning_gpu_engine.tools.rundir import last_path
 from lightning_gpu_engine.checkpoint.sharded import (
     ShardedWriter,
     fresh_folder,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_gpu_engine.checkpoint.store import Conflict, Entry, Store, StoreError, Unsupported
-from lightning_gpu_engine.data.object_storage import CONNECT_S, unreachable
+from lightning_gpu_engine.tools.object_storage import CONNECT_S, unreachable
 
 TRIES = 3  # boto3's attempts at one request, inside the bound: a dropped connection or a 503 is tried again
 # botocore's failures to reach an endpoint, in a few words: its own messages hold the whole request URL

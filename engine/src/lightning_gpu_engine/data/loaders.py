@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from lightning_gpu_engine.data.eval_split import EvenShards
-from lightning_gpu_engine.reliability.signals import held_back, ignore_stop_signals, waiting_for
+from lightning_gpu_engine.tools.signals import held_back, ignore_stop_signals, waiting_for
 
 _END = object()  # the end of an epoch's batches
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from lightning_gpu_engine.checkpoint.rundir import check_writable_dir
+from lightning_gpu_engine.tools.rundir import check_writable_dir
 from lightning_gpu_engine.config.values import ConfigError
-from lightning_gpu_engine.data.object_storage import (
+from lightning_gpu_engine.tools.object_storage import (
     BOUND_S,
     TRIES,
     endpoint,

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lightning_gpu_engine.checkpoint.rundir import last_path
+from lightning_gpu_engine.tools.rundir import last_path
 from lightning_gpu_engine.config.cli import fail
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_gpu_engine.config.values import ConfigError
-from lightning_gpu_engine.reliability.signals import STOP_SIGNALS, Waiting, handing_over
+from lightning_gpu_engine.tools.signals import STOP_SIGNALS, Waiting, handing_over
 
 
 class StopOnSignal(Callback):

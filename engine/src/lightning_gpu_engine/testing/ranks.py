@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 
 from lightning_gpu_engine import run
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 
 class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save

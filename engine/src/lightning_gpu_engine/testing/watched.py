@@ -27,7 +27,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor, nn
 
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 WATCHED = """from lightning_gpu_engine.testing.watched import watch
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import lightning as L
 import pytest
 import torch
-from lightning_gpu_engine.build import trainer as trainer_module
+from lightning_gpu_engine.trainer import trainer as trainer_module
 from torch import nn
 
 import train

@@ -142,6 +142,6 @@ def export(cfg: ExportConfig, serving: ServingModel, lock: IO[str]) -> tuple[Pat
                 f"the {cfg.format} export differs from PyTorch by {diff:.3g} (> {bound:.3g}); not written"
             )
         publish(Path(lock.name), path)
-    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (the engine's reliability/signals.py): nothing half-written stays
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (the engine's tools/signals.py): nothing half-written stays
         discard(lock)
     return path, diff, bound

@@ -121,7 +121,7 @@ TASK = Task(
     mode="min",
     batch_size_fn=lambda batch: int(batch[0].numel()),  # tokens: throughput and MFU are per token
     unit="tokens",
-    fsdp2=True,  # --strategy fsdp: fully_shard per transformer block (the engine's build/sharding.py)
+    fsdp2=True,  # --strategy fsdp: fully_shard per transformer block (the engine's trainer/sharding.py)
     refused_on_resume={
         "model": "its weights are for that size",
         "n_layer": "its weights are for that many blocks",

@@ -13,11 +13,11 @@ from lightning.pytorch.callbacks import Callback, Checkpoint, EMAWeightAveraging
 from lightning.pytorch.strategies import Strategy
 from torch import nn
 
-from lightning_gpu_engine.build.launchers import build_cluster_environments
-from lightning_gpu_engine.build.loggers import build_logger
-from lightning_gpu_engine.build.sharding import FullyShard
-from lightning_gpu_engine.build.steps import count_batches
-from lightning_gpu_engine.build.validation import validate_every
+from lightning_gpu_engine.trainer.launchers import build_cluster_environments
+from lightning_gpu_engine.trainer.loggers import build_logger
+from lightning_gpu_engine.trainer.sharding import FullyShard
+from lightning_gpu_engine.trainer.steps import count_batches
+from lightning_gpu_engine.trainer.validation import validate_every
 from lightning_gpu_engine.checkpoint.after_hooks import SaveAfterHooks
 from lightning_gpu_engine.checkpoint.callbacks import PeriodicCheckpoint, RunCheckpoint
 from lightning_gpu_engine.checkpoint.saving import AtomicCheckpointIO, EveryRankWrites, last_path

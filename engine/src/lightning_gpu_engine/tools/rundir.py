@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from lightning_gpu_engine.checkpoint.files import out_of_space
+from lightning_gpu_engine.tools.files import out_of_space
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
 

@@ -2,6 +2,8 @@
 
 Writes <output-dir>/profile/trace.json (open it in https://ui.perfetto.dev or chrome://tracing) and
 <output-dir>/profile/kernels.txt (the operators and kernels that took the most time, most expensive first).
+
+Layer 7: imports `config`, `perf`, `task` and `trainer`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity
 
-from lightning_gpu_engine.build.trainer import measuring_trainer
+from lightning_gpu_engine.trainer.trainer import measuring_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf.hardware import Hardware
 from lightning_gpu_engine.task import Task

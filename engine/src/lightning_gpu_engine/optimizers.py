@@ -4,6 +4,8 @@ Lightning steps, clips, scales (16-mixed) and checkpoints one optimizer per Ligh
 and LambdaLR schedules one. `MuonWithAdamW` is that one: its param_groups are Muon's groups then AdamW's (the same
 dictionaries, so the schedule's rates reach both), and the two share one state, so its state_dict is an ordinary
 optimizer's and a resume restores both.
+
+Layer 2: imports `config`.
 """
 
 from __future__ import annotations
