@@ -114,7 +114,7 @@ def build_sdist(sdist_directory, config_settings=None) -> str:
     meta = project()
     base = f"{_dist(meta['name'])}-{meta['version']}"
     out = Path(sdist_directory) / f"{base}.tar.gz"
-    members = ["pyproject.toml", meta["readme"], "CHANGELOG.md", "_build/wheel_backend.py"]
+    members = ["pyproject.toml", meta["readme"], "CHANGELOG.md", "UPGRADING.md", "_build/wheel_backend.py"]
     members += [
         p.relative_to(ENGINE).as_posix() for p in sorted((ENGINE / "src").rglob("*")) if p.is_file() and not SKIP & set(p.parts)
     ]

@@ -13,7 +13,6 @@ import pytest
 
 from lightning_gpu_engine.moved import MOVED, RENAMED, renamed
 
-
 # a project's src/team/engine.py, as the template bakes it (less its docstring and its names for type checkers)
 ENGINE_PY = "import lightning_gpu_engine as _engine\n_engine.alias_engine(__name__)\n"
 UPGRADING = Path(__file__).resolve().parents[1] / "UPGRADING.md"  # maintainers' tables, beside CHANGELOG.md

@@ -64,7 +64,7 @@ def body(template: str, old: str, new: str, conflicted: list[str], left: list[st
         lines += [f"- [ ] `{path}`" for path in conflicted]
     if left:
         lines += ["", "These are your changes to the engine this repo once carried: it is the lightning-gpu-engine"]
-        lines += ["package now, so nothing runs them. Port each to the module the engine's docs/layout.md names (or"]
+        lines += ["package now, so nothing runs them. Port each to the module its warning at start names (or"]
         lines += ["eject the engine: `python -m lightning_gpu_engine eject`), then delete the file:", ""]
         lines += [f"- [ ] `{path}`" for path in left]
     if not conflicted and not left:

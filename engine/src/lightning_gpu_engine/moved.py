@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 # The modules of the engine copied into projects (template releases before 1.0) that moved when it became this
-# package; the others kept their names. docs/layout.md's "What moved" table says the same, and a test holds both.
+# package; the others kept their names. engine/UPGRADING.md's table says the same, and a test holds both.
 MOVED = {
     "checkpoint_checks": "checkpoint.checks",
     "checkpoints": "checkpoint.saving",

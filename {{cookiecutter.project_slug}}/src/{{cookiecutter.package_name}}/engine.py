@@ -2,7 +2,7 @@
 
 Repos baked before the engine became a package imported it from here, and a team's own task files there keep working
 after `cruft update`: `<package>.engine.X` is the engine's own module object, also for the modules that moved
-(`.engine.hardware` is `lightning_gpu_engine.perf.hardware`; the engine's docs/layout.md lists them). New code
+(`.engine.hardware` is `lightning_gpu_engine.perf.hardware`; the template's engine/UPGRADING.md lists them). New code
 imports `lightning_gpu_engine`.
 """
 
