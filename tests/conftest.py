@@ -30,8 +30,9 @@ BIN = Path(sys.executable).parent  # ruff, mypy, cruft: installed beside this in
 # warm-forked suites held 37-39 (2026-11-28). Issues 49 and 50 then added proofs the promises need: the conformance
 # suite's hard kill and epoch edges on 1 and 2 ranks for every task, stops at epochs' edges, runs to object storage
 # and --keep-last, about 14 CPU-minutes: the markers, each a part's measured most (the engine's two parts estimated),
-# add up to 55.8. Make room before adding, and lower it as the parts get cheaper
-BUDGET_MINUTES = 55.8
+# added up to 55.8. Issue 51's install of the defaults bake into an environment of its own, as its README says, added
+# 1.2: 57. Make room before adding, and lower it as the parts get cheaper
+BUDGET_MINUTES = 57.0
 # A test's CPU time is reported, never asserted: on cores that share a physical core it grows with the load (mypy's
 # bake once needed 2.15x its marker so). The markers' sum keeps the budget (tests/test_budget.py)
 CPU_SLACK = 1.3  # a test needing more CPU than this times its `minutes` marker is named in the summary

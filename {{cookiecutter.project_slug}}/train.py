@@ -2,7 +2,7 @@
 
 from {{ cookiecutter.package_name }}.commands.train import cli, main
 
-__all__ = ["cli", "main"]
+__all__ = ["main"]
 
 if __name__ == "__main__":
     cli()

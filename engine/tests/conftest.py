@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import lightning_gpu_engine
-from lightning_gpu_engine import main
 from lightning_gpu_engine.testing import processes, warm_starts
 from lightning_gpu_engine.testing.fixtures import (
     master_port,
@@ -71,18 +70,13 @@ def tiny_args(tmp_path: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def toy(my_task: Path) -> ModuleType:
-    """my_task.py imported, for runs in this process (`train(toy, ARGS)`) whose classes a test may patch."""
+    """my_task.py imported, for runs in this process (`train(toy.TASK, ARGS)`) whose classes a test may patch."""
     spec = importlib.util.spec_from_file_location("my_task", my_task)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["my_task"] = module  # dataclasses resolve the module's string annotations through it
     spec.loader.exec_module(module)
     return module
-
-
-def train(toy: ModuleType, argv: list[str]) -> dict[str, Any]:
-    """What `python my_task.py ARGV` runs, in this process: its metrics, or SystemExit as the command would exit."""
-    return main(toy.TASK, argv)
 
 
 def run_toy(my_task: Path, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
@@ -110,7 +104,7 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
 SIGNALS_ITSELF = """
 import importlib.util, os, signal, sys
 import lightning as L
-from lightning_gpu_engine import run
+from lightning_gpu_engine import train
 from lightning_gpu_engine.trainer import trainer as trainer_module
 
 class SignalHere(L.Callback):
@@ -124,7 +118,7 @@ sys.modules["my_task"] = task
 spec.loader.exec_module(task)
 build_callbacks = trainer_module.build_callbacks
 trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SignalHere()]
-run(task.TASK, sys.argv[1:])
+train(task.TASK, sys.argv[1:])
 """
 
 

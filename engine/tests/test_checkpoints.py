@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_gpu_engine import train
 from lightning_gpu_engine.testing.processes import edited
 
-from .conftest import TOY, run_toy, train
+from .conftest import TOY, run_toy
 
 
 @pytest.fixture(scope="module")
 def real_checkpoint(toy: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A last.ckpt as the engine writes it: one epoch of the toy task."""
     out = tmp_path_factory.mktemp("real") / "run"
-    train(toy, [*TOY, "--max-epochs=1", f"--output-dir={out}"])
+    train(toy.TASK, [*TOY, "--max-epochs=1", f"--output-dir={out}"])
     return out / "checkpoints" / "last.ckpt"
 
 
@@ -87,7 +88,7 @@ def test_a_checkpoint_that_is_not_this_runs_is_refused_in_one_line(
     path = make(real_checkpoint, tmp_path)
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, [*TOY, f"--output-dir={tmp_path / 'run'}", f"--resume={path}", *flags])
+        train(toy.TASK, [*TOY, f"--output-dir={tmp_path / 'run'}", f"--resume={path}", *flags])
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     blamed = flags[0].split("=")[0] if flags else "--resume"  # the flag that differs from the checkpoint, if any
@@ -125,7 +126,7 @@ def test_a_full_disk_is_one_line_naming_the_directory_and_bytes_and_keeps_the_pr
 
     monkeypatch.setattr(torch, "save", disk_fills_after_step_4)
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, [*tiny_args, "--max-epochs=2"])
+        train(toy.TASK, [*tiny_args, "--max-epochs=2"])
     assert exit_info.value.code == 1
     output = capsys.readouterr().err
     errors = [line for line in output.splitlines() if line.startswith("error: ")]

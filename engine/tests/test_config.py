@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from lightning_gpu_engine import parse_run
+from lightning_gpu_engine import parse_run, train
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError, parse_betas, parse_every
 from lightning_gpu_engine.testing.processes import heavy_imports_blocked, one_error_line
 
-from .conftest import run_toy, train
+from .conftest import run_toy
 
 
 def parse_args(toy: ModuleType, argv: list[str]) -> tuple[Config, Any]:
@@ -99,9 +99,9 @@ def test_bad_yaml_is_one_line_and_exit_2(
 def test_bad_flag_is_one_line_no_traceback_exit_2(
     toy: ModuleType, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
 ) -> None:
-    """In this process, through `main` (the entry points' own doors: the test after the next)."""
+    """In this process, through `train` (the entry points' own doors: the test after the next)."""
     with pytest.raises(SystemExit) as refused, heavy_imports_blocked():
-        train(toy, args)
+        train(toy.TASK, args)
     assert refused.value.code == 2
     assert expected in one_error_line(capsys)
 

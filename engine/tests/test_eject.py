@@ -34,7 +34,7 @@ def project(root: Path) -> Path:
     (root / "src" / "team" / "engine.py").write_text("import lightning_gpu_engine as _engine\n")
     (root / "src" / "team" / "tasks" / "task.py").write_text("from lightning_gpu_engine import Task\n")
     (root / "tests" / "test_old.py").write_bytes(LATIN_1.encode("latin-1"))
-    (root / "train.py").write_text("from lightning_gpu_engine import main\n")
+    (root / "train.py").write_text("from lightning_gpu_engine import train\n")
     (root / "train.py").chmod(0o755)
     (root / "wheels" / "lightning_gpu_engine-1.0.0-py3-none-any.whl").write_bytes(b"PK wheel")
     return root
@@ -60,10 +60,12 @@ def test_eject_rewrites_a_latin_1_file_in_its_own_encoding_and_keeps_a_scripts_m
     assert (root / "tests" / "test_old.py").read_bytes() == LATIN_1.replace(
         "lightning_gpu_engine", "team.engine"
     ).encode("latin-1")
-    assert (root / "train.py").read_text() == "from team.engine import main\n" and os.access(root / "train.py", os.X_OK)
+    assert (root / "train.py").read_text() == "from team.engine import train\n" and os.access(
+        root / "train.py", os.X_OK
+    )
     engine = root / "src" / "team" / "engine"
     assert (engine / "__init__.py").is_file() and not (root / "src" / "team" / "engine.py").exists()
-    assert "lightning_gpu_engine" not in (engine / "run.py").read_text()
+    assert "lightning_gpu_engine" not in (engine / "training.py").read_text()
     assert not (engine / "__main__.py").exists() and not (engine / "eject.py").exists()
     assert not list((root / "wheels").iterdir()) and "lightning-gpu-engine" not in (root / "pyproject.toml").read_text()
     assert not [p for p in root.rglob(f"*{ejecting.STAGED}")], "a staged file was left behind"

@@ -14,10 +14,10 @@ import pytest
 import torch
 import yaml
 
-from lightning_gpu_engine import Config, read_checkpoint
+from lightning_gpu_engine import Config, read_checkpoint, train
 from lightning_gpu_engine.testing.processes import SAVING, one_error_line
 
-from .conftest import run_toy, train
+from .conftest import run_toy
 from .test_monitors import FusedAdamW
 
 
@@ -104,7 +104,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_no_output_dir(
     for launcher in ("SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID", "NODE_RANK", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(launcher, raising=False)  # as on a plain machine, even where the tests run under one
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, [*tiny_args, *flags(tmp_path)])
+        train(toy.TASK, [*tiny_args, *flags(tmp_path)])
     assert exit_info.value.code == 2
     assert expected in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
@@ -140,7 +140,7 @@ def test_nan_loss_stops_naming_the_step_and_remedies_and_keeps_the_last_good_che
 ) -> None:
     poison_loss_from_step(monkeypatch, toy, 5)  # the sixth of eight steps, in the second epoch
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, [*tiny_args, "--max-epochs=2"])
+        train(toy.TASK, [*tiny_args, "--max-epochs=2"])
     assert exit_info.value.code == 1
     line = one_error_line(capsys)
     assert line.startswith("error: the training loss became nan or inf at step 6;")
@@ -186,7 +186,7 @@ def test_the_advised_clipping_runs_in_bf16_mixed_with_the_fused_adamw_of_cuda_an
         return clip(parameters, max_norm, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", counted)
-    train(toy, [*tiny_args, "--precision=bf16-mixed", "--gradient-clip-val=1.0"])
+    train(toy.TASK, [*tiny_args, "--precision=bf16-mixed", "--gradient-clip-val=1.0"])
     assert clipped_at == [1.0] * 4  # each of the 4 steps
 
 
@@ -198,7 +198,7 @@ def test_out_of_memory_names_the_batch_size_and_how_to_lower_it(
 
     monkeypatch.setattr(toy.Regressor, "training_step", out_of_memory)
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, tiny_args)
+        train(toy.TASK, tiny_args)
     assert exit_info.value.code == 1
     line = one_error_line(capsys)
     assert line.startswith("error: --batch-size: out of memory with 8 samples per device; lower it")
@@ -220,6 +220,6 @@ def test_auto_batch_size_finds_the_largest_that_fits_and_records_it(
         return training_step(self, batch, batch_idx)
 
     monkeypatch.setattr(toy.Regressor, "training_step", memory_for_8)
-    train(toy, [*tiny_args, "--auto-batch-size", "--batch-size=4"])
+    train(toy.TASK, [*tiny_args, "--auto-batch-size", "--batch-size=4"])
     assert "auto batch size: 8 per device fits (started from 4)" in capsys.readouterr().out
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["batch_size"] == 8

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from lightning_gpu_engine import read_checkpoint
+from lightning_gpu_engine import read_checkpoint, train
 
-from .conftest import run_toy, train
+from .conftest import run_toy
 
 WIDE = ["--hidden=512"]  # a checkpoint of a few MiB, far more than the logs written beside it
 
@@ -96,5 +96,5 @@ def test_a_filesystem_without_locks_warns_and_trains(
 
     monkeypatch.setattr(fcntl, "flock", unsupported)
     with pytest.warns(UserWarning, match=r"cannot lock .*\.lock on this filesystem \(No locks available\)"):
-        metrics = train(toy, [*tiny_args, "--fast-dev-run"])
+        metrics = train(toy.TASK, [*tiny_args, "--fast-dev-run"])
     assert "test/loss" in metrics

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_gpu_engine import Task, main
+from lightning_gpu_engine import Task, train
 from lightning_gpu_engine.bench import any_task
 from lightning_gpu_engine.trainer.trainer import RunDDP, build_strategy
 
@@ -43,9 +43,9 @@ def settings(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def refused(task: Task, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line `main` answers `argv` with, exit code 2."""
+    """The one line `train` answers `argv` with, exit code 2."""
     with pytest.raises(SystemExit) as stop:
-        main(task, argv)
+        train(task, argv)
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in out + err, out + err
     return err.strip()
@@ -75,7 +75,7 @@ def test_engine_options_a_task_declares_not_applicable_are_off_its_help_and_refu
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as shown:
-        main(gan.TASK, ["--help"])
+        train(gan.TASK, ["--help"])
     assert shown.value.code == 0
     help_text = capsys.readouterr().out
     for flag in ("--weight-decay", "--betas", "--optimizer", "--muon-lr", "--warmup-fraction"):
@@ -101,7 +101,7 @@ def test_a_modules_own_optimizer_comes_back_as_saved_whatever_the_engine_options
     says that it ignores them."""
     task = dataclasses.replace(sequence.TASK, not_applicable={})
     out = f"--output-dir={tmp_path / 'run'}"
-    main(task, [*LSTM, "--max-steps=20", out])  # into its second epoch: the StepLR has stepped once
+    train(task, [*LSTM, "--max-steps=20", out])  # into its second epoch: the StepLR has stepped once
     saved = checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     loaded: list[list[dict[str, Any]]] = []
 
@@ -110,7 +110,7 @@ def test_a_modules_own_optimizer_comes_back_as_saved_whatever_the_engine_options
 
     monkeypatch.setattr(sequence.Forecaster, "on_train_start", at_train_start)
     capsys.readouterr()
-    main(task, [*LSTM, "--max-steps=24", out, "--resume=last", "--weight-decay=0.3", "--lr=0.5", "--betas=0.8,0.9"])
+    train(task, [*LSTM, "--max-steps=24", out, "--resume=last", "--weight-decay=0.3", "--lr=0.5", "--betas=0.8,0.9"])
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resume: ")]
     own = "Forecaster builds its own optimizers, whose saved state comes back as it was saved"
     assert said == [
@@ -145,7 +145,7 @@ def test_a_step_is_a_batch_that_stepped_the_optimizers_for_every_step_flag(
     monkeypatch.setattr(L.Trainer, "save_checkpoint", counted)
     out = tmp_path / "run"
     steps = ["--max-steps=15", "--checkpoint-every=7steps", "--val-every=7", "--val-batches=1"]
-    main(gan.TASK, [*GAN, *steps, "--max-epochs=1", f"--output-dir={out}"])
+    train(gan.TASK, [*GAN, *steps, "--max-epochs=1", f"--output-dir={out}"])
     periodic = [(step, batches) for name, step, batches in saves if name == "last.ckpt"]
     assert periodic[:2] == [(7, 7), (14, 14)], "saved after steps 7 and 14: batches 7 and 14"
     validated = [json.loads(line)["step"] for line in (out / "validation.jsonl").read_text().splitlines()]
@@ -173,7 +173,7 @@ def test_compile_compiles_the_networks_a_task_names_and_says_so_where_it_compile
     graphs: dict[str, int] = {}
     for name, (task, flags) in runs.items():
         before = counters["stats"]["unique_graphs"]
-        main(task, [*flags, "--max-steps=2", "--compile", f"--output-dir={tmp_path / name}"])
+        train(task, [*flags, "--max-steps=2", "--compile", f"--output-dir={tmp_path / name}"])
         graphs[name] = counters["stats"]["unique_graphs"] - before
         lines = capsys.readouterr().out.splitlines()
         said[name] = (lines[0], [line for line in lines if line.startswith("warning: compile: ")])
@@ -218,7 +218,7 @@ def test_length_fn_counts_a_batchs_items_in_the_docs_the_monitor_and_the_bench(t
     assert "items per batch" in documented and "items per sample" not in documented
     assert "items per batch" in guide("bring-your-own-task")
     out = tmp_path / "run"
-    main(sequence.TASK, [*LSTM, "--max-steps=4", f"--output-dir={out}"])
+    train(sequence.TASK, [*LSTM, "--max-steps=4", f"--output-dir={out}"])
     [row] = [r for r in metrics(out) if r.get("train/device/items_per_sec")][-1:]
     assert float(row["train/device/items_per_sec"]) / float(row["train/device/samples_per_sec"]) == pytest.approx(6)
     bench = ["--only=fp32", "--warmup=1", "--steps=2", f"--json={tmp_path / 'bench.json'}"]

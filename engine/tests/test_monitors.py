@@ -18,11 +18,12 @@ import lightning as L
 import pytest
 import torch
 
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine import train
 from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
-from .conftest import run_toy, train
+from .conftest import run_toy
 
 
 class CountReads(L.Callback):
@@ -65,7 +66,7 @@ def test_tensors_are_read_only_on_logging_steps_and_throughput_is_logged_there(
     monkeypatch.setattr(torch, "unique", _counted(torch.unique, counter))
     monkeypatch.setattr(torch, "tensor", _counted(torch.tensor, counter, lambda kwargs: "device" in kwargs))
 
-    train(toy, [*tiny_args, "--samples=96", "--log-every-n-steps=4"])  # 12 steps
+    train(toy.TASK, [*tiny_args, "--samples=96", "--log-every-n-steps=4"])  # 12 steps
 
     assert [step for step, reads in enumerate(counter.per_step, start=1) if reads] == [4, 8]
     with open(tmp_path / "run" / "logs" / "version_0" / "metrics.csv") as fh:

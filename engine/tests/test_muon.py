@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import TOY, run_toy, signalling_task, train
+from lightning_gpu_engine import train
+
+from .conftest import TOY, run_toy, signalling_task
 
 # the guide's task: Linear(8, 64), Linear(64, 64), Linear(64, 1). 64 samples in batches of 8: 8 steps an epoch.
 MUON = [*TOY, "--samples=64", "--max-epochs=2", "--optimizer=muon", "--muon-lr=0.03", "--lr=0.004"]
@@ -103,13 +105,13 @@ def test_bad_muon_options_are_refused_in_one_line(my_task: Path, tmp_path: Path,
 OWN_OPTIMIZER = """
 import dataclasses, torch
 from my_task import TASK, Regressor
-from lightning_gpu_engine import run, run_hparams
+from lightning_gpu_engine import run_hparams, train
 
 class SGDRegressor(Regressor):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
-run(dataclasses.replace(TASK, build_model=lambda c, o, hw, d: SGDRegressor(o.features, o.hidden, **run_hparams(c, hw))))
+train(dataclasses.replace(TASK, build_model=lambda c, o, h, d: SGDRegressor(o.features, o.hidden, **run_hparams(c, h))))
 """
 
 
@@ -129,7 +131,7 @@ def test_a_muon_rate_without_muon_is_refused_in_one_line_as_other_options_that_d
 ) -> None:
     """Accepted without a word, it would leave the user believing Muon trained at that rate."""
     with pytest.raises(SystemExit) as exit_info:
-        train(toy, [*TOY, "--muon-lr=0.05", f"--output-dir={tmp_path / 'run'}"])
+        train(toy.TASK, [*TOY, "--muon-lr=0.05", f"--output-dir={tmp_path / 'run'}"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "error: --muon-lr: only applies with --optimizer muon, not adamw; add that or leave it out"

@@ -1,6 +1,6 @@
 """A module that builds its own optimizers, and the engine options meant for EngineModule's: a OneCycleLR is not
 stretched past its end on --resume, an ignored option is not recorded as used, and one given on a fresh run is said
-to be ignored. Also another task's checkpoint given to --resume. Each through `main`, as the task's script runs it."""
+to be ignored. Also another task's checkpoint given to --resume. Each through `train`, as the task's script runs it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from lightning_gpu_engine import Task, main, run_hparams
+from lightning_gpu_engine import Task, run_hparams, train
 
 from .conftest import TOY
 from .team_tasks import sequence
@@ -56,10 +56,10 @@ def files(folder: Path) -> dict[Path, tuple[int, int]]:
 
 
 def refused(task: Task, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line `main` answers `argv` with, exit code 2."""
+    """The one line `train` answers `argv` with, exit code 2."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
-        main(task, argv)
+        train(task, argv)
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in out + err, out + err
     return err.strip()
@@ -76,7 +76,7 @@ def test_a_resume_longer_than_a_modules_own_one_cycle_schedule_is_refused_before
     """Restored as saved, the OneCycleLR raised "Tried to step 9 times" as a traceback once the first run's 8 steps
     were done, after a line had said that the module's schedulers go on."""
     task, out = one_cycle_task(toy, interval), tmp_path / "run"
-    main(task, [*TOY, "--max-epochs=2", f"--output-dir={out}"])
+    train(task, [*TOY, "--max-epochs=2", f"--output-dir={out}"])
     assert last(out)["lr_schedulers"][0]["total_steps"] == built
     before = files(out)
     line = refused(task, [*TOY, "--max-epochs=3", f"--output-dir={out}", "--resume=last"], capsys)
@@ -93,12 +93,13 @@ def test_a_resume_within_a_modules_own_one_cycle_schedule_goes_on_to_its_new_len
 ) -> None:
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        main(one_cycle_task(toy, "step", stop_at=2), [*TOY, "--max-epochs=2", f"--output-dir={out}"])
+        train(one_cycle_task(toy, "step", stop_at=2), [*TOY, "--max-epochs=2", f"--output-dir={out}"])
     assert stop.value.code == 128 + signal.SIGINT
     # saved after the step under way
     assert (last(out)["global_step"], last(out)["lr_schedulers"][0]["total_steps"]) == (3, 8)
     capsys.readouterr()
-    main(one_cycle_task(toy, "step"), [*TOY, "--max-epochs=2", "--max-steps=6", f"--output-dir={out}", "--resume=last"])
+    resumed = [*TOY, "--max-epochs=2", "--max-steps=6", f"--output-dir={out}", "--resume=last"]
+    train(one_cycle_task(toy, "step"), resumed)
     assert said(capsys, "resume: ") == [
         "resume: --max-steps 6 instead of the checkpoint's -1: the run goes on to it; the module's own schedulers go "
         "on from their saved state"
@@ -114,10 +115,10 @@ def test_an_ignored_option_on_resume_is_recorded_with_the_checkpoints_value_not_
     Adam comes back as saved: config.yaml, hparams.yaml and the new checkpoint record the rate it uses, and the next
     resume, given none of them, has nothing to say of them."""
     task, out = dataclasses.replace(sequence.TASK, not_applicable={}), tmp_path / "run"
-    main(task, [*LSTM, "--max-steps=20", f"--output-dir={out}"])
+    train(task, [*LSTM, "--max-steps=20", f"--output-dir={out}"])
     ignored = ["--lr=0.5", "--weight-decay=0.3", "--betas=0.8,0.9"]
     capsys.readouterr()
-    main(task, [*LSTM, "--max-steps=24", f"--output-dir={out}", "--resume=last", *ignored])
+    train(task, [*LSTM, "--max-steps=24", f"--output-dir={out}", "--resume=last", *ignored])
     assert [line.split(" (")[0] for line in said(capsys, "resume: ")] == [
         "resume: --lr 0.5 is ignored",
         "resume: --weight-decay 0.3 is ignored",
@@ -135,7 +136,7 @@ def test_an_ignored_option_on_resume_is_recorded_with_the_checkpoints_value_not_
         assert {k: hparams[k] for k in (*used, "betas")} == {**used, "betas": [0.9, 0.999]}, hparams
     assert {k: saved["run_record"][k] for k in (*used, "betas")} == {**used, "betas": "0.9,0.999"}
     assert saved["optimizer_states"][0]["param_groups"][0]["lr"] < 0.01, "the StepLR's rate, decayed from 0.01"
-    main(task, [*LSTM, "--max-steps=28", f"--output-dir={out}", "--resume=last"])
+    train(task, [*LSTM, "--max-steps=28", f"--output-dir={out}", "--resume=last"])
     assert [line for line in said(capsys, "resume: ") if "ignored" in line] == [], "nothing was changed"
 
 
@@ -146,12 +147,12 @@ def test_engine_options_a_modules_own_optimizers_neither_read_nor_hold_are_said_
     task = dataclasses.replace(sequence.TASK, not_applicable={})
     given = ["--lr=0.02", "--weight-decay=0.3", "--betas=0.5,0.9", "--warmup-fraction=0.1"]
     capsys.readouterr()
-    main(task, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'given'}", *given])
+    train(task, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'given'}", *given])
     assert said(capsys, "warning: ") == [
         f"warning: --weight-decay 0.3, --betas 0.5,0.9 and --warmup-fraction 0.1 are ignored: {OWN}, which neither "
         "read nor hold them; leave them out, or declare them in Task(not_applicable=...)"
     ]
-    main(task, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'read'}", "--lr=0.02"])
+    train(task, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'read'}", "--lr=0.02"])
     assert said(capsys, "warning: ") == [], "the rate it reads, and the defaults it was not given, are not named"
 
     class WarmedUp(sequence.Forecaster):
@@ -163,7 +164,7 @@ def test_engine_options_a_modules_own_optimizers_neither_read_nor_hold_are_said_
         return WarmedUp(opts.window, opts.hidden, **run_hparams(cfg, hw))
 
     warmed_up = dataclasses.replace(task, build_model=build)
-    main(warmed_up, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'warm'}", *given[2:]])
+    train(warmed_up, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'warm'}", *given[2:]])
     assert said(capsys, "warning: ") == [
         f"warning: --betas 0.5,0.9 is ignored: {OWN.replace('Forecaster', 'WarmedUp')}, which neither read nor hold "
         "it; leave it out, or declare it in Task(not_applicable=...)"
@@ -175,7 +176,7 @@ def test_another_tasks_checkpoint_given_to_resume_is_refused_as_another_tasks(
 ) -> None:
     """The forecaster's checkpoint, given to the regressor: each task's own options were compared as if changed, and
     the advice to resume with the forecaster's --hidden led to another refusal."""
-    main(sequence.TASK, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'lstm'}"])
+    train(sequence.TASK, [*LSTM, "--max-steps=2", f"--output-dir={tmp_path / 'lstm'}"])
     given = f"--resume={tmp_path / 'lstm' / 'checkpoints' / 'last.ckpt'}"
     line = refused(toy.TASK, [*TOY, "--max-epochs=1", f"--output-dir={tmp_path / 'run'}", given], capsys)
     assert line == (

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
-from lightning_gpu_engine.trainer.trainer import build_trainer
+from lightning_gpu_engine import train
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.data.loaders import (
     ResumableLoader,
@@ -29,8 +29,7 @@ from lightning_gpu_engine.data.loaders import (
 )
 from lightning_gpu_engine.perf import hardware
 from lightning_gpu_engine.testing import warm_starts
-
-from .conftest import train
+from lightning_gpu_engine.trainer.trainer import build_trainer
 
 
 def last_checkpoint(output_dir: Path) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_metrics_o
     toy: ModuleType, tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = [*tiny_args, "--max-epochs=2"]  # 32 samples in batches of 8: 4 steps per epoch, 8 in all
-    expected_metrics = train(toy, [*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
+    expected_metrics = train(toy.TASK, [*args, f"--output-dir={tmp_path / 'uninterrupted'}"])
     expected = last_checkpoint(tmp_path / "uninterrupted")
 
     # Ctrl-C saves mid-epoch, after step 6; a crash there leaves the checkpoint of the first epoch's end, and a crash
@@ -67,12 +66,12 @@ def test_resume_last_after_ctrl_c_or_a_crash_ends_with_the_weights_and_metrics_o
         out = tmp_path / f"{interruption}-{every}"
         interrupt_at(monkeypatch, toy, at_step, interruption)
         with pytest.raises((SystemExit, RuntimeError)) as stopped:
-            train(toy, [*args, f"--output-dir={out}", f"--checkpoint-every={every}"])
+            train(toy.TASK, [*args, f"--output-dir={out}", f"--checkpoint-every={every}"])
         if interruption == "ctrl-c":
             assert isinstance(stopped.value, SystemExit) and stopped.value.code == 128 + signal.SIGINT
         assert last_checkpoint(out)["global_step"] == resumes_from_step
         monkeypatch.undo()
-        metrics = train(toy, [*args, f"--output-dir={out}", "--resume=last", f"--checkpoint-every={every}"])
+        metrics = train(toy.TASK, [*args, f"--output-dir={out}", "--resume=last", f"--checkpoint-every={every}"])
         assert [p.name for p in (out / "logs").iterdir()] == ["version_0"]  # the resumed run logs on in the same run
 
         got = last_checkpoint(out)
@@ -199,7 +198,7 @@ def test_sigterm_from_outside_saves_a_checkpoint_and_resume_last_continues(
 
     saved = last_checkpoint(tmp_path / "run")
     assert saved["global_step"] >= 1
-    train(toy, [*tiny_args, f"--max-epochs={saved['epoch'] + 2}", "--resume=last"])
+    train(toy.TASK, [*tiny_args, f"--max-epochs={saved['epoch'] + 2}", "--resume=last"])
     assert last_checkpoint(tmp_path / "run")["global_step"] == 4 * (saved["epoch"] + 2)
 
 
@@ -219,7 +218,7 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused_without_running_it(
     marker = tmp_path / "code-ran"
     torch.save({"state_dict": {}, "payload": RunsCode(marker)}, tmp_path / "evil.ckpt")
     with pytest.raises(SystemExit) as refused:
-        train(toy, [*tiny_args, f"--resume={tmp_path / 'evil.ckpt'}"])
+        train(toy.TASK, [*tiny_args, f"--resume={tmp_path / 'evil.ckpt'}"])
     assert refused.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --resume: ") and "\n" not in err

@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+from lightning_gpu_engine import train
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.reliability.resume_changes import (
     FREE,
@@ -30,7 +31,7 @@ from lightning_gpu_engine.reliability.resume_changes import (
     REFUSED,
 )
 
-from .conftest import TOY, run_toy, train
+from .conftest import TOY, run_toy
 
 # 64 training samples in batches of 4, two per step: 16 batches and 8 optimizer steps an epoch
 STEPS_PER_EPOCH = 8
@@ -49,7 +50,7 @@ def stopped(toy: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(toy.Regressor, "on_train_batch_start", ctrl_c_in_step_2)
         with pytest.raises(SystemExit) as stop:
-            train(toy, [*ARGS, f"--output-dir={run}"])
+            train(toy.TASK, [*ARGS, f"--output-dir={run}"])
     assert stop.value.code == 128 + signal.SIGINT
     assert 0 < last_checkpoint(run)["global_step"] < STEPS_PER_EPOCH
     return run

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch.nn.functional as F
 from torchmetrics import MeanSquaredError
 
-from lightning_gpu_engine import eval_loader, run
+from lightning_gpu_engine import eval_loader, train
 
 spec = importlib.util.spec_from_file_location("guide_task", Path(__file__).with_name("my_task.py"))
 guide = importlib.util.module_from_spec(spec)
@@ -73,7 +73,7 @@ TASK = dataclasses.replace(
 )
 
 if __name__ == "__main__":
-    run(TASK)
+    train(TASK)
 """
 
 

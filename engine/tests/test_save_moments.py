@@ -14,9 +14,9 @@ import lightning as L
 import pytest
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
-from lightning_gpu_engine import main, run_hparams
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine import run_hparams, train
 from lightning_gpu_engine.checkpoint.after_hooks import MOMENTS
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
 
 def recording(base: type, who: str, seen: list[tuple[str, str]]) -> type:
@@ -46,7 +46,7 @@ def test_the_checkpoint_callbacks_run_after_the_module_and_the_callbacks_it_brin
 
     build_callbacks = trainer_module.build_callbacks
     monkeypatch.setattr(trainer_module, "build_callbacks", lambda *a, **k: [*build_callbacks(*a, **k), saves()])
-    main(dataclasses.replace(toy.TASK, build_model=build_model), [*tiny_args, "--checkpoint-every=1steps"])
+    train(dataclasses.replace(toy.TASK, build_model=build_model), [*tiny_args, "--checkpoint-every=1steps"])
 
     for hook in MOMENTS:
         order = [who for moment, who in seen if moment == hook]

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_gpu_engine import main, read_checkpoint
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine import read_checkpoint, train
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
 from lightning_gpu_engine.testing.processes import wait_until
+from lightning_gpu_engine.trainer import trainer as trainer_module
 
-from .conftest import TOY, run_toy, signalling_task, train
+from .conftest import TOY, run_toy, signalling_task
 from .test_stops import Run, runs  # noqa: F401  # runs: the fixture that reaps what a test started
 
 SHARDED = ["--checkpoint-format=sharded"]
@@ -179,7 +179,7 @@ def test_sharded_under_a_tasks_own_lightning_strategy_is_refused_in_one_line(
     # here, in pytest's process, Lightning would start rank 1 by running pytest again
     monkeypatch.setattr(trainer_module, "build_trainer", lambda *a, **k: pytest.fail("not refused: trainer built"))
     with pytest.raises(SystemExit) as exit_info:
-        main(own, [*TOY, "--devices=2", *SHARDED, f"--output-dir={out}"])
+        train(own, [*TOY, "--devices=2", *SHARDED, f"--output-dir={out}"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "error: --checkpoint-format: sharded is written by the engine's own DDP and FSDP2; this task runs Lightning's "
@@ -222,9 +222,10 @@ def test_a_sharded_run_resumed_with_one_file_checkpoints_leaves_no_shard_folder_
     """The file takes the name over from the link: the folder the link pointed at went nowhere, a model's weights and
     optimizer state (134 MB on ResNet-18) for good."""
     out = tmp_path / "run"
-    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}"])
+    train(toy.TASK, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={out}"])
     assert list((out / "checkpoints").glob(".last.ckpt.shards-*")), "the sharded run's folder"
-    metrics = train(toy, [*TOY, "--max-steps=4", "--checkpoint-format=file", f"--output-dir={out}", "--resume=last"])
+    resumed = [*TOY, "--max-steps=4", "--checkpoint-format=file", f"--output-dir={out}", "--resume=last"]
+    metrics = train(toy.TASK, resumed)
     assert "test/loss" in metrics
     last = out / "checkpoints" / "last.ckpt"
     assert last.is_file() and not last.is_symlink() and read_checkpoint(last)["global_step"] == 4
@@ -250,7 +251,7 @@ def test_a_damaged_sharded_checkpoint_is_refused_before_training_in_one_line_say
     """Each was a traceback from inside fit (a shard cut short passed the check of the index's shapes), torch's
     "CheckpointException ranks:dict_keys([0])", or "no checkpoint" and "not a torch.save file" for one folder."""
     whole = tmp_path / "whole"
-    train(toy, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={whole}"])
+    train(toy.TASK, [*TOY, "--max-steps=2", *SHARDED, f"--output-dir={whole}"])
     unclean = []
     for case, (damaged_by, said) in DAMAGES.items():
         for resume in ("last", "auto"):
@@ -260,7 +261,7 @@ def test_a_damaged_sharded_checkpoint_is_refused_before_training_in_one_line_say
             damaged_by(last.resolve())
             capsys.readouterr()
             with pytest.raises(SystemExit) as exit_info:
-                train(toy, [*TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", f"--resume={resume}"])
+                train(toy.TASK, [*TOY, "--max-steps=4", *SHARDED, f"--output-dir={out}", f"--resume={resume}"])
             printed = capsys.readouterr()
             line = rf"error: --resume: {re.escape(str(last))} is a damaged sharded checkpoint: {said}; give another .*"
             one_line = re.fullmatch(line, printed.err.strip())

@@ -20,7 +20,7 @@ import importlib.util, os, sys
 from pathlib import Path
 import lightning as L
 from torch.utils.data import Dataset
-from lightning_gpu_engine import ConfigError, run
+from lightning_gpu_engine import ConfigError, train
 from lightning_gpu_engine.trainer import trainer as trainer_module
 
 FLAG, DONE = Path({flag!r}), Path({flag!r} + ".done")
@@ -55,7 +55,7 @@ def failing_setup(self, stage):
 task.RegressionData.setup = failing_setup
 build_callbacks = trainer_module.build_callbacks
 trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), LateSignal()]
-run(task.TASK, sys.argv[1:])
+train(task.TASK, sys.argv[1:])
 """
 STEP = 5  # of 8 (2 epochs of 4): mid-epoch, after the periodic saves of --checkpoint-every 2steps
 

@@ -22,10 +22,10 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.multiprocessing.reductions import rebuild_storage_fd
 
-from lightning_gpu_engine.tools.signals import STOP_SIGNALS, waiting_for
 from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
 from lightning_gpu_engine.testing import warm_starts
 from lightning_gpu_engine.testing.processes import wait_until
+from lightning_gpu_engine.tools.signals import STOP_SIGNALS, waiting_for
 
 from .conftest import run_toy, signalling_task
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from my_task import TASK as REGRESSOR, RegressionOptions
-from lightning_gpu_engine import ConfigError, opt, run
+from lightning_gpu_engine import ConfigError, opt, train
 
 
 @dataclass
@@ -49,7 +49,7 @@ class DiskOptions(RegressionOptions):
 TASK = replace(REGRESSOR, options=DiskOptions)
 
 if __name__ == "__main__":
-    run(TASK)
+    train(TASK)
 """
 
 

@@ -15,7 +15,9 @@ import optuna
 import pytest
 import torch
 
-from .conftest import TOY, run_engine, run_toy, signalling_task, train
+from lightning_gpu_engine import train
+
+from .conftest import TOY, run_engine, run_toy, signalling_task
 
 # 192 samples in batches of 8: 24 steps an epoch, so the run ends inside its first. Validation: 48 samples, 6 batches.
 BUDGET = ["--samples=192", "--max-steps=12", "--val-every=4", "--val-batches=2"]
@@ -57,7 +59,7 @@ def test_a_budgeted_run_validates_every_n_steps_on_n_batches_and_its_summary_rep
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     batches = count_validation_batches(monkeypatch, toy)
-    train(toy, [*tiny_args, *BUDGET])
+    train(toy.TASK, [*tiny_args, *BUDGET])
     assert batches == {4: 2, 8: 2, 12: 2}, "after steps 4, 8 and 12, 2 of the 6 validation batches each"
     run = tmp_path / "run"
     validated = records(run)
@@ -77,7 +79,7 @@ def test_with_accumulation_and_epochs_shorter_than_the_budget_optimizer_steps_ar
     """10 batches an epoch, 3 per step: steps of 3, 3, 3 and 1 batches, so 4 steps an epoch. Counted in batches (18
     for 6 steps), validation would fall between accumulated batches of the second epoch, and once only."""
     batches = count_validation_batches(monkeypatch, toy)
-    train(toy, [*tiny_args, "--samples=80", "--max-epochs=3", "--accumulate-grad-batches=3", "--val-every=6"])
+    train(toy.TASK, [*tiny_args, "--samples=80", "--max-epochs=3", "--accumulate-grad-batches=3", "--val-every=6"])
     assert batches == {6: 3, 12: 3}, "after steps 6 and 12, all 3 validation batches"
     assert [(r["epoch"], r["step"]) for r in records(tmp_path / "run")] == [(1, 6), (2, 12)]
 
@@ -85,7 +87,7 @@ def test_with_accumulation_and_epochs_shorter_than_the_budget_optimizer_steps_ar
 def test_a_run_that_ends_before_its_first_validation_says_so_and_saves_its_steps(
     toy: ModuleType, tiny_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    train(toy, [*tiny_args, "--samples=192", "--max-steps=3", "--val-every=4"])
+    train(toy.TASK, [*tiny_args, "--samples=192", "--max-steps=3", "--val-every=4"])
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith(
         "no validation ran (training ended at step 3, before the first --val-every step, 4): no best checkpoint"
@@ -142,7 +144,7 @@ def test_a_periodic_save_due_at_a_validation_step_waits_for_it(
     """A crash after step 9 leaves the periodic save of step 8. Saved before that step's validation, the resumed run
     took the validation as done and never knew its score: here the best, which the summary then missed."""
     args = [*tiny_args, "--samples=192", "--max-steps=10", "--val-every=4", "--checkpoint-every=4steps", "--lr=0.01"]
-    train(toy, [*args, f"--output-dir={tmp_path / 'whole'}"])
+    train(toy.TASK, [*args, f"--output-dir={tmp_path / 'whole'}"])
     whole = records(tmp_path / "whole")
     assert [r["step"] for r in whole] == [4, 8] and whole[1]["val/loss"] < whole[0]["val/loss"], "step 8 is the best"
     expected = best_score(capsys.readouterr().out)
@@ -154,10 +156,10 @@ def test_a_periodic_save_due_at_a_validation_step_waits_for_it(
     with monkeypatch.context() as patch:
         patch.setattr(toy.Regressor, "on_train_batch_end", crash_after_step_9, raising=False)
         with pytest.raises(RuntimeError, match="crash"):
-            train(toy, args)
+            train(toy.TASK, args)
     assert checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")["global_step"] == 8
     capsys.readouterr()
-    train(toy, [*args, "--resume=last"])
+    train(toy.TASK, [*args, "--resume=last"])
     assert best_score(capsys.readouterr().out) == expected
 
 

@@ -29,7 +29,7 @@ BRINGS_ITS_OWN = """
 import importlib.util, sys
 from dataclasses import replace
 from lightning.pytorch.callbacks import EMAWeightAveraging
-from lightning_gpu_engine import run, run_hparams
+from lightning_gpu_engine import run_hparams, train
 
 spec = importlib.util.spec_from_file_location("my_task", {program!r})
 task = importlib.util.module_from_spec(spec)
@@ -42,7 +42,7 @@ class Averaged(task.Regressor):
         return [AVERAGING]
 
 build = lambda cfg, opts, hw, data: Averaged(opts.features, opts.hidden, **run_hparams(cfg, hw))
-run(replace(task.TASK, build_model=build), sys.argv[1:])
+train(replace(task.TASK, build_model=build), sys.argv[1:])
 """
 
 

@@ -14,23 +14,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lightning_gpu_engine.testing import processes
-from lightning_gpu_engine.testing.fixtures import (
-    master_port,
-    multiprocess_tests_one_at_a_time,
-    private_caches,
-    references,
-)
-from lightning_gpu_engine.testing.machine_sharing import free_port
-from lightning_gpu_engine.testing.processes import (
+from lightning_gpu_engine import testing
+from lightning_gpu_engine.testing import (
     SAVING,
     TIMEOUT,
     Launch,
     edited,
     finish,
+    free_port,
     heavy_imports_blocked,
     kill_at_pause,
+    master_port,
+    multiprocess_tests_one_at_a_time,
     one_error_line,
+    private_caches,
+    references,
     wait,
     wait_until,
 )
@@ -75,7 +73,7 @@ def tiny_args(tmp_path: Path) -> list[str]:
 def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment, src/ and the root importable even if the project is not installed, one thread per process
     on shared cores; `extra` adds to it."""
-    return processes.script_env(ROOT, extra)
+    return testing.script_env(ROOT, extra)
 
 
 def run_script(
@@ -88,7 +86,7 @@ def run_script(
 ) -> subprocess.CompletedProcess[str]:
     """`python SCRIPT ARGS` in a process of its own (warm_starts), as a user would run it. SCRIPT is relative to the
     root, or absolute."""
-    return processes.run_script(
+    return testing.run_script(
         ROOT / script, *args, root=ROOT, timeout=timeout, cwd=cwd, env=env, new_session=new_session
     )
 
@@ -101,10 +99,10 @@ def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
 @pytest.fixture
 def launch() -> Iterator[Launch]:
     """Starts a command in the project root, each in a process group of its own, killed if still running at the end."""
-    with processes.launching(ROOT) as start:
+    with testing.launching(ROOT) as start:
         yield start
 
 
 def without_heavy_imports(folder: Path) -> dict[str, str]:
     """An environment (for run_script's `env`) in which importing torch or Lightning fails with a traceback."""
-    return processes.without_heavy_imports(folder, ROOT)
+    return testing.without_heavy_imports(folder, ROOT)

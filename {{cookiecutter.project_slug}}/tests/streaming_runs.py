@@ -22,13 +22,9 @@ from typing import Any
 import pytest
 import torch
 from conftest import ROOT, TIMEOUT, Launch, finish, free_port, kill_at_pause, run_script, wait
-from lightning_gpu_engine.tools.object_storage import BOUND_S
-from lightning_gpu_engine.testing import ranks
-from lightning_gpu_engine.testing.script_runs import validations
+from lightning_gpu_engine.testing import RANKS_SCRIPT, validations
 
 BUCKET = "streaming-tests"  # S3 bucket names have at least 3 characters
-# a task trained as train.py does, every rank's results dumped: the engine's script, a file as Lightning reruns it
-RANKS = str(Path(ranks.__file__))
 TASK = "from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK\n"
 LAYOUTS = {
     "one device": ["--devices=1"],
@@ -107,9 +103,9 @@ def prepare(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def cut_upload(launch: Launch, how: str, args: list[str]) -> None:
     """prepare_data.py ARGS writing to s3://cut/chunks on a server of its own, which is killed, or stopped (SIGSTOP: it
     takes connections and never answers), once its log shows the first chunk's upload: one line naming the endpoint
-    and the object, exit 2, within BOUND_S of the cut. Stopped, over chunks published there before: their made_by.json
-    is gone once the server answers again, so the new chunks, half uploaded, are not taken for data. (LitData's own
-    uploads stayed silent for as long as they were left, 151 s and more.)"""
+    and the object, exit 2, within the bound that line states. Stopped, over chunks published there before: their
+    made_by.json is gone once the server answers again, so the new chunks, half uploaded, are not taken for data.
+    (LitData's own uploads stayed silent for as long as they were left, 151 s and more.)"""
     armed, cut = threading.Event(), threading.Event()
     chunk_put = re.compile(r'"PUT /cut/chunks/train/chunk-[^ ]*\.bin HTTP')
 
@@ -137,7 +133,9 @@ def cut_upload(launch: Launch, how: str, args: list[str]) -> None:
         endpoint = aws["AWS_ENDPOINT_URL"]
         assert errors[0].startswith(f"error: --output: cannot reach the S3 endpoint {endpoint} to write s3://cut/")
         assert errors[0].endswith("so nothing there is used: run prepare_data.py again once it answers"), errors
-        assert took < BOUND_S, f"{took:.0f} s from the {how} to the end, past the {BOUND_S} s bound"
+        bound = re.search(r" tries over at most (\d+) s\)", errors[0])
+        assert bound, f"the error line states no bound: {errors[0]}"
+        assert took < int(bound[1]), f"{took:.0f} s from the {how} to the end, past the {bound[1]} s bound it states"
         if how == "stall":
             assert f"note: streaming: no answer from {endpoint} for 10 s, writing s3://cut/chunks/" in said, said
             os.killpg(server.pid, signal.SIGCONT)
@@ -159,10 +157,11 @@ def credentials(aws: dict[str, str]) -> dict[str, str]:
 
 
 def start(launch: Launch, layout: str, args: list[str], dump: Path, pause: int = 0) -> list[subprocess.Popen[str]]:
-    """train.py's task through the engine's testing/ranks.py: one process group, or one per NODE_RANK "node"."""
+    """train.py's task through the engine's RANKS_SCRIPT, every rank's results dumped: one process group, or one per
+    NODE_RANK "node"."""
     dump.mkdir(parents=True, exist_ok=True)
     (dump / "task.py").write_text(TASK)
-    command = [sys.executable, RANKS, str(dump / "task.py"), str(dump), str(pause), *args, *LAYOUTS[layout]]
+    command = [sys.executable, str(RANKS_SCRIPT), str(dump / "task.py"), str(dump), str(pause), *args, *LAYOUTS[layout]]
     if layout != "nodes":
         return [launch(command)]
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}

@@ -5,7 +5,9 @@ heavy imports. The engine's own suite ships with the engine; this project's test
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import re
 from pathlib import Path
 
 from conftest import MISSING_INPUTS, ROOT, run_script, without_heavy_imports
@@ -14,43 +16,102 @@ from lightning_gpu_engine import parse_run
 from {{ cookiecutter.package_name }}.tasks.{{ cookiecutter.task.replace('-', '_') }} import TASK
 
 # What code outside the engine may import from it: the package's names, and the bench's and the sweep's, for the
-# project's bench.py and sweep.py (its tests may also use lightning_gpu_engine.testing and reach further in)
+# project's bench.py and sweep.py; its tests also lightning_gpu_engine.testing's, the conformance suite and its helpers
 DOORS = ("lightning_gpu_engine", "lightning_gpu_engine.bench", "lightning_gpu_engine.sweep")
+TEST_DOORS = (*DOORS, "lightning_gpu_engine.testing")
+ENGINE = DOORS[0]
 
 
 def side_doors(root: Path) -> list[str]:
-    """Each import of the engine by src/, the root scripts and scripts/ that is not a name of one of its DOORS (the
-    engine's own files left out, where `python -m lightning_gpu_engine eject` put them under src/)."""
-    engine, listed = DOORS[0], {door: set(importlib.import_module(door).__all__) for door in DOORS}
-    inside = Path(importlib.import_module(engine).__file__ or "").resolve().parent
+    """Each use of the engine by src/, the root scripts, scripts/ and tests/ that is not a name of one of its doors:
+    an import, an attribute of a door imported whole, a dotted path in a string (mock.patch's, import_module's), or an
+    import in a program a test writes out to run. The engine's own files are left out, where `python -m
+    lightning_gpu_engine eject` put them under src/, and so is this file, whose examples go through side doors."""
+    inside = Path(importlib.import_module(ENGINE).__file__ or "").resolve().parent
+    code = [*(root / "src").rglob("*.py"), *root.glob("*.py"), *(root / "scripts").glob("*.py")]
+    tests = list((root / "tests").rglob("*.py"))
     found = []
-    for path in sorted([*(root / "src").rglob("*.py"), *root.glob("*.py"), *(root / "scripts").glob("*.py")]):
-        if inside in path.resolve().parents:
+    for path in code + tests:
+        if inside in path.resolve().parents or path.resolve() == Path(__file__).resolve():
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules = [a.name for a in node.names if a.name.startswith(f"{engine}.")]
-                found += [f"{path.relative_to(root)} imports {module}" for module in modules]
-            elif isinstance(node, ast.ImportFrom) and f"{node.module}.".startswith(f"{engine}."):
-                door = listed.get(node.module or "", set())
-                names = [a.name for a in node.names if a.name != "*" and a.name not in door]
-                found += [f"{path.relative_to(root)} imports {node.module}.{name}" for name in names]
+        doors = {door: set(importlib.import_module(door).__all__) for door in (TEST_DOORS if path in tests else DOORS)}
+        found += [f"{path.relative_to(root)} uses {name}" for name in uses(ast.parse(path.read_text()), doors)]
+    return sorted(found)
+
+
+def uses(tree: ast.AST, doors: dict[str, set[str]]) -> list[str]:
+    """The engine's names that `tree` uses and `doors` (each door's public names) do not hold."""
+    found: list[str] = []
+    whole: dict[str, str] = {}  # the local name of each door imported as a module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in (a for a in node.names if f"{a.name}.".startswith(f"{ENGINE}.")):
+                if alias.name in doors:
+                    whole[alias.asname or ENGINE] = alias.name if alias.asname else ENGINE
+                else:
+                    found.append(alias.name)
+        elif isinstance(node, ast.ImportFrom) and f"{node.module}.".startswith(f"{ENGINE}."):
+            for alias in (a for a in node.names if a.name != "*"):
+                if f"{node.module}.{alias.name}" in doors:
+                    whole[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif alias.name not in doors.get(node.module or "", set()):
+                    found.append(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ENGINE in node.value:
+            module, _, name = node.value.rpartition(".")
+            if re.fullmatch(rf"{ENGINE}(\.\w+)+", node.value):
+                found += [] if node.value in doors or name in doors.get(module, set()) else [node.value]
+            else:
+                with contextlib.suppress(SyntaxError, ValueError):  # prose, or a program to run
+                    found += uses(ast.parse(node.value), doors)
+
+    def door(node: ast.expr) -> str | None:
+        """The door that `node` names: a module imported whole, or a door reached as its attribute."""
+        if isinstance(node, ast.Name):
+            return whole.get(node.id)
+        if isinstance(node, ast.Attribute) and (outer := door(node.value)) and f"{outer}.{node.attr}" in doors:
+            return f"{outer}.{node.attr}"
+        return None
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or node.attr.startswith("__") or not (outer := door(node.value)):
+            continue
+        if node.attr not in doors[outer] and f"{outer}.{node.attr}" not in doors:
+            found.append(f"{outer}.{node.attr}")
     return found
 
 
-def test_the_project_imports_the_engine_through_its_front_doors_alone() -> None:
-    assert side_doors(ROOT) == []
+def test_the_project_uses_the_engine_through_its_front_doors_alone() -> None:
+    found = side_doors(ROOT)
+    assert found == [], "\n".join(found)
 
 
-def test_the_check_sees_a_module_of_the_engine_imported_from_the_package_or_a_script(tmp_path: Path) -> None:
+def test_the_check_sees_the_engine_reached_past_its_doors(tmp_path: Path) -> None:
     (tmp_path / "src" / "team").mkdir(parents=True)
-    (tmp_path / "src" / "team" / "task.py").write_text("def f():\n    from lightning_gpu_engine.trainer import trainer\n")
-    (tmp_path / "train.py").write_text("from lightning_gpu_engine import Task, main\nimport lightning_gpu_engine.run\n")
+    (tmp_path / "src" / "team" / "task.py").write_text("def f():\n from lightning_gpu_engine.trainer import trainer\n")
+    (tmp_path / "train.py").write_text("from lightning_gpu_engine import Task\nimport lightning_gpu_engine.training\n")
     (tmp_path / "bench.py").write_text("from lightning_gpu_engine.bench import any_task, not_there\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "tool.py").write_text("from lightning_gpu_engine.testing import run_script\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "from lightning_gpu_engine import Config, testing\n"
+        "from lightning_gpu_engine.testing import free_port, warm_starts\n"
+        "import lightning_gpu_engine.testing as t, lightning_gpu_engine.testing\n"
+        "testing.popen(), testing.processes, t.run_script(), t.zygote, lightning_gpu_engine.testing.watched\n"
+        "mock.patch('lightning_gpu_engine.perf.hardware.resolve'), mock.patch('lightning_gpu_engine.Config')\n"
+        "SCRIPT = 'import train\\nfrom lightning_gpu_engine.trainer import trainer'\n"
+    )
     assert side_doors(tmp_path) == [
-        "bench.py imports lightning_gpu_engine.bench.not_there",
-        "src/team/task.py imports lightning_gpu_engine.trainer.trainer",
-        "train.py imports lightning_gpu_engine.run",
+        "bench.py uses lightning_gpu_engine.bench.not_there",
+        "scripts/tool.py uses lightning_gpu_engine.testing.run_script",
+        "src/team/task.py uses lightning_gpu_engine.trainer.trainer",
+        "tests/test_a.py uses lightning_gpu_engine.perf.hardware.resolve",
+        "tests/test_a.py uses lightning_gpu_engine.testing.processes",
+        "tests/test_a.py uses lightning_gpu_engine.testing.warm_starts",
+        "tests/test_a.py uses lightning_gpu_engine.testing.watched",
+        "tests/test_a.py uses lightning_gpu_engine.testing.zygote",
+        "tests/test_a.py uses lightning_gpu_engine.trainer.trainer",
+        "train.py uses lightning_gpu_engine.run",
     ]
 
 

@@ -30,9 +30,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torchmetrics import Metric
 
-from lightning_gpu_engine.optimizers import MuonWithAdamW, muon_names, no_decay_names, split_for_muon
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import parse_betas
+from lightning_gpu_engine.optimizers import MuonWithAdamW, muon_names, no_decay_names, split_for_muon
 from lightning_gpu_engine.perf.hardware import Hardware
 from lightning_gpu_engine.perf.networks import compile_networks, module_flops
 

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity
 
-from lightning_gpu_engine.trainer.trainer import measuring_trainer
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.perf.hardware import Hardware
 from lightning_gpu_engine.task import Task
+from lightning_gpu_engine.trainer.trainer import measuring_trainer
 
 SKIP, WARMUP, ACTIVE = 5, 2, 5  # steps left out (compilation, cuDNN autotuning), profiler warm-up, steps recorded
 

@@ -156,8 +156,8 @@ class Task:
         if hw.channels_last:  # EngineModule.configure_model converts the network and hooks its inputs
             model.channels_last = True  # type: ignore[assignment]
         if cfg.optimizer == "muon":
-            from lightning_gpu_engine.optimizers import check_muon
             from lightning_gpu_engine.module import engine_built_optimizer
+            from lightning_gpu_engine.optimizers import check_muon
 
             check_muon(model, engine_built_optimizer(model))
             model.muon_lr = cfg.muon_lr  # type: ignore[assignment]

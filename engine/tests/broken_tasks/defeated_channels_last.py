@@ -10,7 +10,7 @@ from typing import Any
 from my_task import TASK, Regressor
 from torch import nn
 
-from lightning_gpu_engine import run, run_hparams
+from lightning_gpu_engine import run_hparams, train
 
 
 class ImageRegressor(Regressor):
@@ -31,4 +31,4 @@ def build_model(cfg: Any, opts: Any, hw: Any, data: Any) -> ImageRegressor:
 
 
 if __name__ == "__main__":
-    run(dataclasses.replace(TASK, build_model=build_model, channels_last=True))
+    train(dataclasses.replace(TASK, build_model=build_model, channels_last=True))

@@ -9,7 +9,7 @@ from typing import Any
 from my_task import TASK, RegressionData
 from torch.utils.data import DataLoader
 
-from lightning_gpu_engine import run
+from lightning_gpu_engine import train
 
 
 class PlainLoaderData(RegressionData):
@@ -24,4 +24,4 @@ def build_data(cfg: Any, opts: Any, hw: Any) -> PlainLoaderData:
 
 
 if __name__ == "__main__":
-    run(dataclasses.replace(TASK, build_data=build_data))
+    train(dataclasses.replace(TASK, build_data=build_data))

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from my_task import TASK, Regressor
 from torch import Tensor
 
-from lightning_gpu_engine import run, run_hparams
+from lightning_gpu_engine import run_hparams, train
 
 
 class ProgressBarRegressor(Regressor):
@@ -27,4 +27,4 @@ def build_model(cfg: Any, opts: Any, hw: Any, data: Any) -> ProgressBarRegressor
 
 
 if __name__ == "__main__":
-    run(dataclasses.replace(TASK, build_model=build_model))
+    train(dataclasses.replace(TASK, build_model=build_model))

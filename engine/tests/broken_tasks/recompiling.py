@@ -9,7 +9,7 @@ from typing import Any
 from my_task import TASK, Regressor
 from torch import Tensor, nn
 
-from lightning_gpu_engine import run, run_hparams
+from lightning_gpu_engine import run_hparams, train
 
 
 class Scale(nn.Module):
@@ -41,4 +41,4 @@ def build_model(cfg: Any, opts: Any, hw: Any, data: Any) -> RecompilingRegressor
 
 
 if __name__ == "__main__":
-    run(dataclasses.replace(TASK, build_model=build_model))
+    train(dataclasses.replace(TASK, build_model=build_model))

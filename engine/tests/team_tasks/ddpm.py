@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, run, train_loader
+from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, train, train_loader
 
 OWN_ADAMW = "the diffusion model's AdamW and per-step cosine are its own (configure_optimizers)"
 OWN_EMA = "the diffusion model keeps its own average of the weights (on_train_batch_end)"
@@ -180,4 +180,4 @@ TASK = Task(
 )
 
 if __name__ == "__main__":
-    run(TASK)
+    train(TASK)

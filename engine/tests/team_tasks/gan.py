@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, run, train_loader
+from lightning_gpu_engine import ConfigError, Task, eval_loader, opt, train, train_loader
 
 OWN_ADAMS = "the GAN's two Adams are its own (configure_optimizers)"
 
@@ -148,4 +148,4 @@ TASK = Task(
 )
 
 if __name__ == "__main__":
-    run(TASK)
+    train(TASK)

@@ -20,8 +20,8 @@ from lightning_gpu_engine import (
     Task,
     eval_loader,
     opt,
-    run,
     run_hparams,
+    train,
     train_loader,
 )
 
@@ -122,4 +122,4 @@ TASK = Task(
 )
 
 if __name__ == "__main__":
-    run(TASK)
+    train(TASK)

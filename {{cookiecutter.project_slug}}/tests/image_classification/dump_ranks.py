@@ -9,19 +9,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
-import lightning as L
-from lightning_gpu_engine.trainer import trainer as trainer_module
-from lightning_gpu_engine.testing.ranks import DumpRank
+from lightning_gpu_engine.testing import DumpRank, trainers_with
 
 import train
 
 if __name__ == "__main__":
-    folder, build_callbacks = Path(sys.argv[1]), trainer_module.build_callbacks
-
-    def with_dump(*args: Any, **kwargs: Any) -> list[L.Callback]:
-        return [*build_callbacks(*args, **kwargs), DumpRank(folder)]
-
-    trainer_module.build_callbacks = with_dump
-    train.cli(sys.argv[2:])  # train.py's door, its exit included
+    trainers_with(DumpRank(Path(sys.argv[1])))
+    train.main(sys.argv[2:])  # train.py's door, its exit included

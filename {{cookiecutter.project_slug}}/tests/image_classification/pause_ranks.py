@@ -16,8 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
-from lightning_gpu_engine.trainer import trainer as trainer_module
-from lightning_gpu_engine.testing.ranks import DumpRank
+from lightning_gpu_engine.testing import DumpRank, trainers_with
 from torchmetrics import Metric
 
 import train
@@ -45,11 +44,6 @@ class RunningMetrics(Checkpoint):  # Lightning runs checkpoint callbacks last: t
 
 
 if __name__ == "__main__":
-    folder, pause_step, build_callbacks = Path(sys.argv[1]), int(sys.argv[2]), trainer_module.build_callbacks
-    extra = [DumpRank(folder), RunningMetrics(folder, pause_step)]
-
-    def with_extra(*args: Any, **kwargs: Any) -> list[L.Callback]:
-        return [*build_callbacks(*args, **kwargs), *extra]
-
-    trainer_module.build_callbacks = with_extra
-    train.cli(sys.argv[3:])  # train.py's door, its exit included
+    folder, pause_step = Path(sys.argv[1]), int(sys.argv[2])
+    trainers_with(DumpRank(folder), RunningMetrics(folder, pause_step))
+    train.main(sys.argv[3:])  # train.py's door, its exit included

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_until
-from lightning_gpu_engine.bench.report import compare, ratio_line
-from lightning_gpu_engine.testing import warm_starts
+from lightning_gpu_engine import testing
 
 import bench
 import train
@@ -83,7 +82,7 @@ def test_a_benchmark_killed_part_way_keeps_every_row_it_finished(tmp_path: Path)
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, str(ROOT / "bench.py"), *TINY, f"--json={out}"]
-    process = warm_starts.popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
+    process = testing.popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
     try:
         wait_until(lambda: out.exists() and json.loads(out.read_text())["settings"], process, "a measured row")
         os.killpg(process.pid, signal.SIGKILL)
@@ -123,24 +122,3 @@ def test_the_photo_writer_gives_val_one_image_of_each_class_that_train_has(tmp_p
     for name, [image] in val.items():
         first = min(train[name], key=lambda path: int(path.stem))
         assert image.read_bytes() == first.read_bytes() and image.read_bytes()[:2] == b"\xff\xd8"
-
-
-@pytest.mark.parametrize(
-    ("rounds", "verdict"),
-    [
-        ([(100.0, 104.0), (98.0, 100.0), (99.0, 100.0)], "(median of 3 interleaved rounds, 0.962 to 0.990)"),
-        (
-            [(100.0, 104.0), (70.0, 10.0), (99.0, 101.0)],
-            "(median of 3 interleaved rounds, 0.962 to 7.000; spread 616% > 5%: too noisy to mean anything, rerun "
-            "on an idle machine)",
-        ),
-        ([(100.0, 104.0)], "(1 round: no spread to judge it by; --rounds 3 or more)"),
-    ],
-)
-def test_a_lightning_over_plain_ratio_whose_rounds_disagree_is_called_too_noisy(
-    rounds: list[tuple[float, float]], verdict: str
-) -> None:
-    """What a loaded CPU once printed as "7.113" with no warning: a ratio is read only with its spread."""
-    results = {"plain": {"name": "plain"}, **compare(rounds)}
-    assert ratio_line(results).endswith(verdict)
-    assert results["lightning_over_plain_noisy"] == (len(rounds) != 3 or rounds[1][1] == 10.0)

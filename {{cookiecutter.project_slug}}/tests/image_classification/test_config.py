@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import run_train
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine import Config, ConfigError
 
 from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine import ConfigError
 from PIL import Image
 
 from {{ cookiecutter.package_name }}.tasks.image_classification.data import (

@@ -14,16 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import SAVING, Launch, finish, free_port, kill_at_pause, wait, wait_until
-from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
-from lightning_gpu_engine import read_checkpoint
-from lightning_gpu_engine.trainer.trainer import block_types, build_strategy
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.perf import hardware
-from lightning_gpu_engine.testing.ranks import assert_ranks_agree, load_ranks
+from lightning_gpu_engine import Config, build_trainer, fsdp_units, read_checkpoint, resolve_hardware
+from lightning_gpu_engine.testing import assert_ranks_agree, load_ranks
 from torch.distributed.fsdp import ShardingStrategy
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.module import (
     ImageClassifier,
 )
@@ -37,29 +34,30 @@ PAUSE_RANKS = str(Path(__file__).with_name("pause_ranks.py"))
 
 
 def test_fsdp_units_are_the_residual_blocks() -> None:
-    assert block_types(build_network("resnet18", 6, 16)) == {BasicBlock}
-    assert block_types(build_network("resnet50", 6, 16)) == {Bottleneck}
+    assert fsdp_units(TASK, build_network("resnet18", 6, 16)) == {BasicBlock}
+    assert fsdp_units(TASK, build_network("resnet50", 6, 16)) == {Bottleneck}
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), ("32-true", torch.float32)])
 def test_fsdp_strategy_shards_each_block_checkpoints_it_and_follows_precision(
-    precision: str, dtype: torch.dtype
+    precision: str, dtype: torch.dtype, tmp_path: Path
 ) -> None:
     cfg = Config(strategy="fsdp", fsdp_sharding="SHARD_GRAD_OP", activation_checkpointing=True, precision=precision)
-    # hardware.resolve refuses FSDP without CUDA, so resolve for CPU and swap in what a GPU would have given
-    cpu = hardware.resolve(Config(accelerator="cpu", precision="32-true", strategy="ddp"))
+    cfg = dataclasses.replace(cfg, output_dir=str(tmp_path), logger="csv")  # what build_trainer writes to
+    # resolve_hardware refuses FSDP without CUDA, so resolve for CPU and swap in what a GPU would have given
+    cpu = resolve_hardware(Config(accelerator="cpu", precision="32-true", strategy="ddp"))
     hw = dataclasses.replace(cpu, precision=precision)
     net = build_network("resnet18", 6, 16)
-    strategy = build_strategy(cfg, hw, block_types(net))
+    strategy = build_trainer(cfg, hw, fsdp_units(TASK, net), task=TASK).strategy
     assert isinstance(strategy, FSDPStrategy)
     assert strategy.sharding_strategy is ShardingStrategy.SHARD_GRAD_OP
     for policy in (strategy.kwargs["auto_wrap_policy"], strategy._activation_checkpointing_kwargs["auto_wrap_policy"]):
         units = [m for m in net.modules() if policy(module=m, recurse=False, nonwrapped_numel=0)]
         assert len(units) == 8 and all(isinstance(m, BasicBlock) for m in units)
-    strategy.precision_plugin = FSDPPrecision(hw.precision)  # type: ignore[arg-type]  # as Trainer(precision=...)
     mixed = strategy.mixed_precision_config
     assert mixed is not None and mixed.param_dtype == mixed.reduce_dtype == dtype
-    without = build_strategy(dataclasses.replace(cfg, activation_checkpointing=False), hw, block_types(net))
+    unchecked = dataclasses.replace(cfg, activation_checkpointing=False)
+    without = build_trainer(unchecked, hw, fsdp_units(TASK, net), task=TASK).strategy
     assert isinstance(without, FSDPStrategy) and not without._activation_checkpointing_kwargs
 
 

@@ -12,12 +12,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from lightning_gpu_engine.trainer.trainer import block_types
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.perf.hardware import Hardware
+from lightning_gpu_engine import Config, Hardware, fsdp_units
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (
     ImageOptions,
 )
@@ -50,7 +49,7 @@ def test_under_fsdp_every_gradient_has_the_strides_of_its_parameter(name: str, t
     try:
         wrapped = FullyShardedDataParallel(
             model,
-            auto_wrap_policy=ModuleWrapPolicy(block_types(model.net)),
+            auto_wrap_policy=ModuleWrapPolicy(fsdp_units(TASK, model)),
             device_id=torch.device("cpu"),
             use_orig_params=True,
         )

@@ -7,10 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lightning_gpu_engine.config.cli import parse_run
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.config.values import ConfigError
-from lightning_gpu_engine.perf import hardware
+from lightning_gpu_engine import Config, ConfigError, parse_run, resolve_hardware
 from PIL import Image
 
 import train
@@ -62,7 +59,7 @@ def test_auto_decodes_on_the_gpu_only_with_cuda_torchcodec_and_a_folder_of_jpegs
 def test_the_summary_names_the_decoder(tmp_path: Path) -> None:
     cfg, opts = parse_args([*CPU, "--data=folder", f"--data-dir={tmp_path}"])
     write_folder(tmp_path, ".jpg")
-    hw = hardware.resolve(cfg)
+    hw = resolve_hardware(cfg)
     assert TASK.resolve is not None
     hw = dataclasses.replace(hw, choices=TASK.resolve(cfg, opts, hw))
     assert "decode=cpu" in hw.summary()

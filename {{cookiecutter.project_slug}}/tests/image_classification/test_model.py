@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning_gpu_engine.trainer.trainer import block_types
-from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine import ConfigError, fsdp_units
 from torch import nn
 
 import train
+from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
 from {{ cookiecutter.package_name }}.tasks.image_classification.finetune import (
     schedules,
 )
@@ -99,7 +99,7 @@ def test_each_name_form_builds_and_keeps_fsdp_blocks_flops_layout_and_compile_wo
     model = ImageClassifier(model=name, class_names=SHAPES[:3], image_size=32, channels_last=True)
     assert model.net.state_dict()[head].shape[0] == 3, "the head has one output per class"
     assert head in model.head
-    assert block in {t.__name__ for t in block_types(model.net)}, "FSDP shards and checkpoints one block at a time"
+    assert block in {t.__name__ for t in fsdp_units(TASK, model)}, "FSDP shards and checkpoints one block at a time"
     assert model.count_flops(batch_size=2) > 0, "counted on the meta device"
     convs = [m.weight for m in model.net.modules() if isinstance(m, nn.Conv2d)]
     assert convs and all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning_gpu_engine.perf import hardware
+from lightning_gpu_engine import resolve_hardware
 from torchvision.io import decode_image, encode_jpeg
 
 import predict
@@ -213,7 +213,7 @@ def test_bytes_batches_are_decoded_in_predict_step_as_the_workers_decode_and_an_
     classifier = load_classifier(str(checkpoint)).eval()
     predictor = Predictor(classifier, top_k=3, paths=paths)
     cfg = PredictConfig(inputs=("x",), checkpoint=str(checkpoint), accelerator="cpu", precision="32-true")
-    hw = hardware.resolve(cfg.training_config())
+    hw = resolve_hardware(cfg.training_config())
     assert decoding.decode_choice(cfg.decode, hw.accelerator, images=paths) == "cpu", (
         "auto on a CPU; the bytes path is asked for below"
     )

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_train
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.config.values import ConfigError
-from lightning_gpu_engine.perf.hardware import Hardware
+from lightning_gpu_engine import Config, ConfigError, Hardware
 from torch import nn
 
 from {{ cookiecutter.package_name }}.tasks.image_classification.config import (

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, run_train
-from lightning_gpu_engine.testing import warm_starts
+from lightning_gpu_engine import testing
 from PIL import Image
 
 from {{ cookiecutter.package_name }}.tasks.image_classification import TASK
@@ -65,7 +65,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = root / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     args = [*common_args(write_images(root / "data", ("a", "b"), 32)), f"--output-dir={run}"]
-    process = warm_starts.popen(
+    process = testing.popen(
         [sys.executable, str(ROOT / "train.py"), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -3,12 +3,12 @@ rows, the same exported graph. Training, stopping and resuming sharded: tests/im
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+import torch
+from conftest import run_train
 from lightning_gpu_engine import read_checkpoint
-from lightning_gpu_engine.checkpoint.sharded import ShardedWriter
 
 from .trained_model import run_script, trained_checkpoint
 
@@ -21,14 +21,15 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[
 
 
 def test_predict_and_export_read_a_sharded_folder_as_the_file_it_holds(
-    trained: tuple[Path, list[tuple[Path, str]]], tmp_path: Path
+    trained: tuple[Path, list[tuple[Path, str]]], tiny_args: list[str], tmp_path: Path
 ) -> None:
-    checkpoint, held = trained
-    folder = tmp_path / "checkpoints"
-    folder.mkdir()
-    sharded = folder / "last.ckpt"  # written by the engine's writer, as train.py --checkpoint-format sharded does
-    ShardedWriter(asynchronous=False).save(read_checkpoint(checkpoint), sharded, folder / ".last.ckpt.shards-1", 0)
-    assert sharded.is_symlink() and os.readlink(sharded) == ".last.ckpt.shards-1"
+    _, held = trained
+    made = run_train(*tiny_args, "--checkpoint-format=sharded")
+    assert made.returncode == 0, made.stderr[-3000:]
+    sharded = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert sharded.is_symlink() and sharded.resolve().is_dir(), "a link to the folder of its shards"
+    checkpoint = tmp_path / "whole.ckpt"
+    torch.save(read_checkpoint(sharded), checkpoint)  # the file it holds
 
     images = [str(path) for path, _ in held[:6]]
     rows = {}

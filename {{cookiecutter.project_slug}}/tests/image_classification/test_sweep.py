@@ -23,8 +23,8 @@ import optuna
 import pytest
 import yaml
 from conftest import ROOT, TINY, run_train, wait_until
+from lightning_gpu_engine import testing
 from lightning_gpu_engine.sweep import load_space
-from lightning_gpu_engine.testing import warm_starts
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
@@ -37,7 +37,7 @@ PLOTS = ("history.png", "importances.png", "parallel_coordinates.png", "intermed
 def start(*args: Any) -> subprocess.Popen[str]:
     """`python sweep.py ARGS` in a session of its own: its process group is what a terminal or SLURM signals."""
     command = [sys.executable, str(ROOT / "sweep.py"), *map(str, args)]
-    return warm_starts.popen(
+    return testing.popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=ENV, start_new_session=True
     )
 
@@ -252,7 +252,7 @@ def test_without_the_sweep_extra_it_names_the_extra(tmp_path: Path) -> None:
         "--output-dir",
         str(tmp_path / "o"),
     ]
-    result = warm_starts.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    result = testing.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert result.returncode == 2 and result.stdout == "", result.stderr
     extra = "the `sweep` extra: pip install -e '.[sweep]'"
     assert result.stderr.strip() == f"error: sweep.py needs Optuna and matplotlib, {extra}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_until
-from lightning_gpu_engine.testing import warm_starts
+from lightning_gpu_engine import testing
 
 from .trained_model import run_script, trained_checkpoint
 
@@ -33,7 +33,7 @@ def stopped_once_writing(
     it `said` something on stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / script), *args]
-    with warm_starts.popen(
+    with testing.popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as proc:
         heard: list[str] = []

@@ -8,30 +8,26 @@ engine's side is lightning-gpu-engine's tests/test_validation_stop.py's.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-from conftest import ROOT, run_train
-from lightning_gpu_engine.testing import warm_starts
+from conftest import run_script, run_train
 
 # train.py, signalling its own process group (it leads one) at the first validation batch of the first epoch.
 SIGNALS_ITSELF = """
 import os, signal, sys
 import lightning as L
 import train
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine.testing import trainers_with
 
 class SigtermInValidation(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if not trainer.sanity_checking and trainer.current_epoch == 0 and batch_idx == 0:
             os.killpg(os.getpgid(0), signal.SIGTERM)
 
-build_callbacks = trainer_module.build_callbacks
-trainer_module.build_callbacks = lambda *args, **kwargs: [*build_callbacks(*args, **kwargs), SigtermInValidation()]
-train.cli(sys.argv[1:])  # train.py's door, its exit included
+trainers_with(SigtermInValidation())
+train.main(sys.argv[1:])  # train.py's door, its exit included
 """
 
 
@@ -50,16 +46,7 @@ def test_a_sigterm_during_validation_lets_it_finish_and_the_resumed_run_ends_as_
 
     script = tmp_path / "signals_itself.py"
     script.write_text(SIGNALS_ITSELF)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
-    stopped = warm_starts.run(
-        [sys.executable, str(script), *args, f"--output-dir={tmp_path / 'stopped'}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
+    stopped = run_script(script, *args, f"--output-dir={tmp_path / 'stopped'}", new_session=True)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert list((tmp_path / "stopped" / "checkpoints").glob("best-epoch000-*.ckpt")), "the first validation finished"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from conftest import ROOT, run_train
-from lightning_gpu_engine.testing import warm_starts
+from lightning_gpu_engine import testing
 from torchvision.io import write_png
 
 COLOURS = {"blue": (40, 60, 210), "green": (40, 190, 60), "red": (200, 40, 40)}
@@ -62,4 +62,4 @@ def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     """`python ARGS` in the project root, src/ importable as if installed, one thread per process on shared cores."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     env["OMP_NUM_THREADS"] = "1"
-    return warm_starts.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    return testing.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)

@@ -46,7 +46,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_the_exported_folder_is_the_checkpoint_in_transformers(
     tokenizer: str, trained: dict[str, Path], tmp_path: Path
 ) -> None:
-    transformers = pytest.importorskip("transformers")
+    import transformers  # declared in the dev extra: a plain import, so a missing declaration fails rather than skips
     folder = tmp_path / "exported"
     result = run_script("export.py", f"--checkpoint={trained[tokenizer]}", f"--output={folder}")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -14,9 +14,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import run_script, run_train
-from lightning_gpu_engine.trainer.trainer import build_trainer
-from lightning_gpu_engine.config.options import Config
-from lightning_gpu_engine.perf.hardware import resolve
+from lightning_gpu_engine import Config, build_trainer, resolve_hardware
 from torch.profiler import ProfilerActivity, profile
 
 from {{ cookiecutter.package_name }}.tasks.language_model import (
@@ -76,7 +74,7 @@ def test_bf16_is_in_effect_and_nothing_compiles_again_after_the_first_epoch(tmp_
     cfg = Config(accelerator="cuda", devices="1", precision="auto", compile=True, batch_size=8, max_epochs=3)
     cfg.output_dir, cfg.logger = str(tmp_path), "csv"
     opts = LanguageOptions(model="tiny", context=64, train_tokens=21_000)
-    hw = resolve(cfg, fsdp2=True)
+    hw = resolve_hardware(cfg, fsdp2=True)
     assert hw.precision == "bf16-mixed" and hw.compile
     data = build_data(cfg, opts, hw)
     model = build_model(cfg, opts, hw, data)

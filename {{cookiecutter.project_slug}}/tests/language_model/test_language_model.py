@@ -19,9 +19,8 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, SAVING, run_script, run_train, script_env
-from lightning_gpu_engine import read_checkpoint
-from lightning_gpu_engine.testing import warm_starts
-from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
+from lightning_gpu_engine import read_checkpoint, testing
+from lightning_gpu_engine.testing import ReferenceRuns
 
 from {{ cookiecutter.package_name }}.tasks.language_model.gpt import GPT, load_hf_gpt2
 
@@ -119,7 +118,7 @@ def test_a_stop_mid_epoch_then_resume_last_ends_bit_identical(tiny_args: list[st
     assert whole.returncode == 0, whole.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     stopped_dir = tmp_path / "stopped"
-    process = warm_starts.popen(
+    process = testing.popen(
         [sys.executable, "train.py", *args, f"--output-dir={stopped_dir}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
@@ -179,7 +178,7 @@ def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
 
 def hf_gpt2(folder: Path, vocab_size: int = 257, positions: int = 64) -> Any:
     """A randomly initialised transformers GPT-2, saved as Hugging Face saves one."""
-    transformers = pytest.importorskip("transformers")
+    import transformers  # declared in the dev extra: a plain import, so a missing declaration fails rather than skips
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=64, n_layer=2, n_head=4)
     model = transformers.GPT2LMHeadModel(config).eval()

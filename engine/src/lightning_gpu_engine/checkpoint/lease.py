@@ -20,9 +20,9 @@ import threading
 import time
 import warnings
 
-from lightning_gpu_engine.tools.rundir import alive
 from lightning_gpu_engine.checkpoint.store import Conflict, Store, StoreError, Unsupported
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.rundir import alive
 
 LEASE_S = 60.0  # a lease this long without renewal belongs to a run that ended without letting go
 RENEW_S = 10.0  # how often a run renews its lease: a run waiting at the door sees it alive within this

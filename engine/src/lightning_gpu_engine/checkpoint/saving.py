@@ -18,9 +18,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from lightning_gpu_engine.tools.files import out_of_space, partial_path, publish
 from lightning_gpu_engine.checkpoint.kept import LAST, keep_step
-from lightning_gpu_engine.tools.rundir import last_path
 from lightning_gpu_engine.checkpoint.sharded import (
     ShardedWriter,
     fresh_folder,
@@ -31,6 +29,8 @@ from lightning_gpu_engine.checkpoint.sharded import (
 from lightning_gpu_engine.checkpoint.sharded_read import read_sharded
 from lightning_gpu_engine.checkpoint.staging import staged
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.files import out_of_space, partial_path, publish
+from lightning_gpu_engine.tools.rundir import last_path
 
 
 def resume_path(output_dir: str, resume: str | None) -> str | None:

@@ -21,12 +21,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lightning_gpu_engine.checkpoint.mirror import Mirror, read_manifest
-from lightning_gpu_engine.tools.rundir import hold_output_dir, take_lock
 from lightning_gpu_engine.checkpoint.store import MANIFEST_MAX, Entry, Store, StoreError, is_url
 from lightning_gpu_engine.checkpoint.store_fsspec import FsspecStore
 from lightning_gpu_engine.checkpoint.store_s3 import S3Store
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.rundir import hold_output_dir, take_lock
 
 HPC = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
 _STAGED: Mirror | None = None

@@ -22,7 +22,6 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from lightning_gpu_engine.tools.rundir import check_writable_dir
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.tools.object_storage import (
     BOUND_S,
@@ -33,6 +32,7 @@ from lightning_gpu_engine.tools.object_storage import (
     unreachable,
     watched,
 )
+from lightning_gpu_engine.tools.rundir import check_writable_dir
 
 MADE_BY = "made_by.json"
 SPLITS = ("train", "val")

@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lightning_gpu_engine.tools.files import PartialFolder, write_text
-from lightning_gpu_engine.tools.watcher import remove_when_abandoned
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.tools import object_storage as storage
+from lightning_gpu_engine.tools.files import PartialFolder, write_text
+from lightning_gpu_engine.tools.watcher import remove_when_abandoned
 
 BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 

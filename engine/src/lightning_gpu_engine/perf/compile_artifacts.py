@@ -16,8 +16,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch._dynamo.utils import counters
 
-from lightning_gpu_engine.tools.files import OutputBusyError, commit, discard, open_partial
 from lightning_gpu_engine.perf.compile_cache import STARTED
+from lightning_gpu_engine.tools.files import OutputBusyError, commit, discard, open_partial
 
 ARTIFACTS = "artifacts.bin"  # in the cache folder: a JSON line (torch, device, sha256 of the rest), then torch's bytes
 

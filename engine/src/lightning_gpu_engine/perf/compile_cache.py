@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lightning_gpu_engine.tools.rundir import check_writable_dir
 from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.tools.rundir import check_writable_dir
 
 STARTED = time.monotonic()  # imported as the run starts (run.py, before torch): the clock of the first-step line
 

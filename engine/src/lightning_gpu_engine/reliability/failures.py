@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lightning_gpu_engine.tools.rundir import last_path
 from lightning_gpu_engine.config.cli import fail
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.rundir import last_path
 
 if TYPE_CHECKING:
     import lightning as L

@@ -1,5 +1,5 @@
 """The fixtures every suite of a project and the engine's own share, for runs on one machine that several suites
-share (machine_sharing.py): import them into a conftest.py, `from lightning_gpu_engine.testing.fixtures import *`."""
+share (machine_sharing.py): import them into a conftest.py from `lightning_gpu_engine.testing`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 from lightning_gpu_engine.testing.machine_sharing import cores_to_myself, free_port, session_folder
 from lightning_gpu_engine.testing.machine_sharing import private_caches as private_caches_in
 from lightning_gpu_engine.testing.reference_runs import ReferenceRuns
-
-__all__ = ["master_port", "multiprocess_tests_one_at_a_time", "private_caches", "references"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,7 +1,7 @@
-"""`python -m lightning_gpu_engine.testing.ranks MY_TASK DUMP_DIR PAUSE_STEP ARGS...`: the task of the file MY_TASK
-(its TASK) trained with ARGS, and every rank saves DUMP_DIR/rank<N>.pt at the end of fit: its parameters and metrics,
-so tests can check that the ranks agree. With PAUSE_STEP > 0 every rank stops after that step's callbacks (a periodic
-checkpoint included) and waits to be killed, once rank 0 has printed "paused at step PAUSE_STEP".
+"""`python RANKS_SCRIPT MY_TASK DUMP_DIR PAUSE_STEP ARGS...` (this file, a public name of `testing`): the task of the
+file MY_TASK (its TASK) trained with ARGS, and every rank saves DUMP_DIR/rank<N>.pt at the end of fit: its parameters
+and metrics, so tests can check that the ranks agree. With PAUSE_STEP > 0 every rank stops after that step's callbacks
+(a periodic checkpoint included) and waits to be killed, once rank 0 has printed "paused at step PAUSE_STEP".
 
 A script, not a function: Lightning starts the other local ranks by running this same command line again.
 """
@@ -19,8 +19,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from lightning_gpu_engine import run
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine import train
+from lightning_gpu_engine.testing.trainers import trainers_with
+
+RANKS_SCRIPT = Path(__file__)
 
 
 class DumpRank(Checkpoint):  # Lightning runs checkpoint callbacks last: the pause comes after the periodic save
@@ -77,10 +79,5 @@ if __name__ == "__main__":
     task = importlib.util.module_from_spec(spec)
     sys.modules["my_task"] = task
     spec.loader.exec_module(task)
-    build_callbacks = trainer_module.build_callbacks
-
-    def with_dump(*args: Any, **kwargs: Any) -> list[L.Callback]:
-        return [*build_callbacks(*args, **kwargs), DumpRank(folder, pause_step)]
-
-    trainer_module.build_callbacks = with_dump
-    run(task.TASK, sys.argv[4:])  # train.py's door: its exit leaves the process group before Python's teardown
+    trainers_with(DumpRank(folder, pause_step))
+    train(task.TASK, sys.argv[4:])  # train.py's door: its exit leaves the process group before Python's teardown

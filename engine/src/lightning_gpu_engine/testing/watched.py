@@ -27,7 +27,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor, nn
 
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine.testing.trainers import trainers_with
 
 WATCHED = """from lightning_gpu_engine.testing.watched import watch
 
@@ -102,11 +102,6 @@ class Watch(Checkpoint):  # a Checkpoint: Lightning calls it after the others, s
 
 def watch(script: str, dump: str, pause_after: int = 0, stop_at: int = 0) -> None:
     """Runs `script` as `python script` would, but from this file, with `Watch` among its callbacks."""
-    build_callbacks = trainer_module.build_callbacks
-
-    def watched_callbacks(*args: Any, **kwargs: Any) -> list[L.Callback]:
-        return [*build_callbacks(*args, **kwargs), Watch(Path(dump), pause_after, stop_at)]
-
-    trainer_module.build_callbacks = watched_callbacks  # type: ignore[assignment]
+    trainers_with(Watch(Path(dump), pause_after, stop_at))
     sys.path[0] = str(Path(script).parent)  # what `python script` puts first; sys.argv[0] stays this file's
     runpy.run_path(script, run_name="__main__")

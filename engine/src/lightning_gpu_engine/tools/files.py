@@ -21,8 +21,8 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from lightning_gpu_engine.tools.watcher import remove_when_abandoned
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.watcher import remove_when_abandoned
 
 
 class OutputBusyError(OSError):

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from lightning_gpu_engine.tools.files import out_of_space
 from lightning_gpu_engine.config.options import Config
 from lightning_gpu_engine.config.values import ConfigError
+from lightning_gpu_engine.tools.files import out_of_space
 
 ORPHAN_WAIT = 30.0  # seconds a killed run's leftover processes may hold the lock before a restart gives up
 

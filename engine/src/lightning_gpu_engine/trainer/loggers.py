@@ -14,8 +14,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoa
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_only
 
-from lightning_gpu_engine.tools.files import write_text
 from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine.tools.files import write_text
 
 
 def build_logger(

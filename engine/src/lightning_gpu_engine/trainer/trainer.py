@@ -13,11 +13,6 @@ from lightning.pytorch.callbacks import Callback, Checkpoint, EMAWeightAveraging
 from lightning.pytorch.strategies import Strategy
 from torch import nn
 
-from lightning_gpu_engine.trainer.launchers import build_cluster_environments
-from lightning_gpu_engine.trainer.loggers import build_logger
-from lightning_gpu_engine.trainer.sharding import FullyShard
-from lightning_gpu_engine.trainer.steps import count_batches
-from lightning_gpu_engine.trainer.validation import validate_every
 from lightning_gpu_engine.checkpoint.after_hooks import SaveAfterHooks
 from lightning_gpu_engine.checkpoint.callbacks import PeriodicCheckpoint, RunCheckpoint
 from lightning_gpu_engine.checkpoint.saving import AtomicCheckpointIO, EveryRankWrites, last_path
@@ -39,6 +34,11 @@ from lightning_gpu_engine.reliability.metric_state import MetricStateResume
 from lightning_gpu_engine.reliability.resume import ExactResume
 from lightning_gpu_engine.reliability.stop_on_signal import StopOnSignal
 from lightning_gpu_engine.task import Task, first_dim
+from lightning_gpu_engine.trainer.launchers import build_cluster_environments
+from lightning_gpu_engine.trainer.loggers import build_logger
+from lightning_gpu_engine.trainer.sharding import FullyShard
+from lightning_gpu_engine.trainer.steps import count_batches
+from lightning_gpu_engine.trainer.validation import validate_every
 
 
 def block_types(net: nn.Module) -> set[type[nn.Module]]:

@@ -1,1 +1,1 @@
-"""One folder per task, each with a `TASK` for `engine.run.main`; the engine never imports them."""
+"""One folder per task, each with a `TASK` for `lightning_gpu_engine.train`; the engine never imports them."""

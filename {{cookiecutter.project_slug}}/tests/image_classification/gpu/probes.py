@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import lightning as L
 import pytest
 import torch
-from lightning_gpu_engine.trainer import trainer as trainer_module
+from lightning_gpu_engine.testing import trainers_with
 from torch import nn
 
 import train
@@ -37,19 +37,12 @@ NEEDS_GPUS = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 or more CUDA GPUs; to
 GPU = [pytest.mark.gpu, NEEDS_GPU]
 CPU_AND_GPU = pytest.mark.parametrize("accelerator", ["cpu", pytest.param("cuda", marks=GPU)])
 Layer = TypeVar("Layer", bound=nn.Module)
-BUILD_TRAINER = trainer_module.build_trainer  # the product's own, whichever test has patched it since
 
 
 def fit(monkeypatch: pytest.MonkeyPatch, args: list[str], *probes: L.Callback, **trainer_overrides: Any) -> L.Trainer:
     """`train.main(args)`, its Trainer's callbacks replaced by `probes`: no checkpoints or progress bar to slow it."""
-    built: list[L.Trainer] = []
-
-    def build_with_probes(*args: Any, **kwargs: Any) -> L.Trainer:
-        overrides = {"callbacks": list(probes), "enable_checkpointing": False, "enable_progress_bar": False}
-        built.append(BUILD_TRAINER(*args, **{**kwargs, **overrides, **trainer_overrides}))
-        return built[-1]
-
-    monkeypatch.setattr(trainer_module, "build_trainer", build_with_probes)
+    overrides = {"callbacks": list(probes), "enable_checkpointing": False, "enable_progress_bar": False}
+    built = trainers_with(patch=monkeypatch.setattr, **{**overrides, **trainer_overrides})
     train.main(args)
     return built[0]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from lightning_gpu_engine.config.options import Config
+from lightning_gpu_engine import Config
 
 from .probes import CPU_AND_GPU, fit, network
 

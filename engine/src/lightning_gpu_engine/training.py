@@ -1,4 +1,4 @@
-"""`main(task)`: a task trained end to end. Parse, check the output dir, resolve the hardware, build, fit, test, and
+"""`train(task)`: a task trained end to end. Parse, check the output dir, resolve the hardware, build, fit, test, and
 print one summary line. The entry point's side of the line: every ConfigError raised below ends here, as one line.
 
 Layer 8: imports `config`, `tools`, `checkpoint`, `perf`, `profiling`, `reliability`, `task` and `trainer`.
@@ -6,28 +6,63 @@ Layer 8: imports `config`, `tools`, `checkpoint`, `perf`, `profiling`, `reliabil
 
 from __future__ import annotations
 
+import atexit
 import signal
 import sys
 import warnings
 from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lightning_gpu_engine.tools.rundir import check_output_dir, check_resume_named, last_path
 from lightning_gpu_engine.checkpoint.staging import hold_output, shown, stage_output
 from lightning_gpu_engine.config.cli import engine_options_hidden, fail, parse_run, save_yaml
 from lightning_gpu_engine.config.options import Config, check_logger
+from lightning_gpu_engine.config.quiet import set_up_warnings
 from lightning_gpu_engine.config.values import ConfigError
 from lightning_gpu_engine.perf.compile_cache import check_compile_cache
-from lightning_gpu_engine.tools.signals import end_with_launcher
 from lightning_gpu_engine.task import Task
+from lightning_gpu_engine.tools.rundir import check_output_dir, check_resume_named, last_path
+from lightning_gpu_engine.tools.signals import WORKER_IGNORES, end_with_launcher, ignore_while_exiting
 
-if TYPE_CHECKING:  # torch and Lightning load once the options are known to be good: a bad flag answers at once
-    pass
+# The handlers a run stopped by a signal set aside as it ended, for a process that trains again (a test, a notebook)
+_SET_ASIDE: dict[int, Any] = {}
 
 
-def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
+def train(task: Task, argv: list[str] | None = None) -> dict[str, float]:
+    """`task` trained with the options of `argv` (the command line's by default): its logged and test metrics. The
+    whole of train.py, of `<project>-train` and of a task's own script, with the exits a terminal and a scheduler
+    expect: warnings in one line each, a bad option or a stop as one line and its exit code (SystemExit), Ctrl-C
+    outside the training loop 130. A run that a signal stopped ignores further ones from then on, so that a Ctrl-C
+    pressed again while Python exits keeps the code; any other run, once Python exits."""
+    set_up_warnings()
+    for signum, handler in _SET_ASIDE.items():  # this process goes on training: the stops count again
+        signal.signal(signum, handler)
+    _SET_ASIDE.clear()
+    try:
+        return _train(task, argv)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
+        _ignore_further_stops()
+        print("stopped by SIGINT", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    except SystemExit as end:
+        if isinstance(end.code, int) and end.code > 128:  # 128 + the signal that stopped it
+            _ignore_further_stops()
+        raise
+    finally:
+        atexit.unregister(ignore_while_exiting)
+        atexit.register(ignore_while_exiting)  # the last one registered: it runs first, before loader workers end
+        _leave_process_group()
+
+
+def _ignore_further_stops() -> None:
+    """What `ignore_while_exiting` does, keeping each handler it replaces."""
+    for signum in WORKER_IGNORES:
+        handler = signal.signal(signum, signal.SIG_IGN)
+        _SET_ASIDE[signum] = signal.SIG_DFL if handler is None else handler  # None: a handler set outside Python
+
+
+def _train(task: Task, argv: list[str] | None = None) -> dict[str, float]:
     cfg, opts = parse_run(argv, task)  # before the heavy imports, so a bad flag answers at once
     end_with_launcher()
     try:  # what the names and headers of files tell, before seconds of imports
@@ -42,8 +77,6 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         fail(str(err))
     import lightning as L
 
-    from lightning_gpu_engine.trainer.launchers import check_launcher, launched_as_global_zero
-    from lightning_gpu_engine.trainer.trainer import build_trainer, fsdp_units
     from lightning_gpu_engine.checkpoint.averaged import UseTheAverage
     from lightning_gpu_engine.checkpoint.checks import check_checkpoint, check_same_network
     from lightning_gpu_engine.checkpoint.saving import resume_path
@@ -56,6 +89,8 @@ def main(task: Task, argv: list[str] | None = None) -> dict[str, float]:
         keep_batch_size,
         optimizer_changes,
     )
+    from lightning_gpu_engine.trainer.launchers import check_launcher, launched_as_global_zero
+    from lightning_gpu_engine.trainer.trainer import build_trainer, fsdp_units
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model, so its initial weights follow --seed
     try:
@@ -180,25 +215,6 @@ def monitored(task: Task, metrics: dict[str, float], best: bool, step: int, val_
         return f"{task.monitor} was never logged (validation logged {', '.join(logged)}): no best checkpoint"
     first = f"the first --val-every step, {val_every}" if val_every else "the first epoch's end"
     return f"no validation ran (training ended at step {step}, before {first}): no best checkpoint"
-
-
-def run(task: Task, argv: list[str] | None = None) -> None:
-    """train.py's whole body: `main`, with the exits a terminal and a scheduler expect."""
-    from lightning_gpu_engine.config.quiet import set_up_warnings
-
-    set_up_warnings()
-    try:
-        main(task, argv)
-    except KeyboardInterrupt:  # Ctrl-C outside the training loop (start-up, the final test): nothing more to save
-        print("stopped by SIGINT", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
-    finally:
-        from lightning_gpu_engine.tools.signals import (
-            ignore_while_exiting,  # imports no Lightning: a bad flag's exit stays instant
-        )
-
-        ignore_while_exiting()
-        _leave_process_group()
 
 
 def _leave_process_group() -> None:
