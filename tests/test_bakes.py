@@ -159,7 +159,7 @@ def test_a_tracker_is_a_dependency_when_chosen_and_a_choice_of_logger_in_every_b
     answers, project = baked
     dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith(f"{tracker}>=") for d in dependencies) is (answers["logger"] == tracker)
-    loggers = TEMPLATE / "engine" / "src" / "lightning_gpu_engine" / "build" / "loggers.py"
+    loggers = TEMPLATE / "engine" / "src" / "lightning_gpu_engine" / "trainer" / "loggers.py"
     assert f'cfg.logger == "{tracker}"' in loggers.read_text(), "selectable by --logger whatever the answer"
 
 

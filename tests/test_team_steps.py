@@ -23,12 +23,13 @@ IMPORTING_CALLS = {"importorskip", "find_spec", "import_module"}
 def test_after_eject_git_keeps_every_file_and_still_hides_runs_data_and_builds(
     task: str, engine_python: Path, tmp_path: Path
 ) -> None:
-    """The .gitignore once ignored build/ and data/ at any depth: the ejected engine's build/ and data/ too."""
+    """The .gitignore once ignored build/ and data/ at any depth: the ejected engine's data/ (and its build/, since
+    renamed trainer/) too."""
     project = bake(tmp_path, task=task)
     ejected = run(engine_python, "-m", "lightning_gpu_engine", "eject", cwd=project)
     assert ejected.returncode == 0, ejected.stderr
     copied = [p for p in (project / "src").rglob("*.py") if "engine" in p.relative_to(project / "src").parts[1:2]]
-    assert {"build", "data"} <= {p.parent.name for p in copied}, "the engine's folders that a loose pattern hides"
+    assert "data" in {p.parent.name for p in copied}, "the engine's folder that a loose pattern hides"
     junk = ["build/lib/x.py", "data/train/x.png", "dist/x.whl", "outputs/run/last.ckpt", "lightning_logs/v0/x"]
     for path in junk:
         (project / path).parent.mkdir(parents=True, exist_ok=True)
