@@ -47,6 +47,7 @@ def test_the_exported_folder_is_the_checkpoint_in_transformers(
     tokenizer: str, trained: dict[str, Path], tmp_path: Path
 ) -> None:
     import transformers  # declared in the dev extra: a plain import, so a missing declaration fails rather than skips
+
     folder = tmp_path / "exported"
     result = run_script("export.py", f"--checkpoint={trained[tokenizer]}", f"--output={folder}")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -179,6 +179,7 @@ def test_fsdp2_on_two_cpu_processes_trains_resumes_and_its_checkpoint_generates(
 def hf_gpt2(folder: Path, vocab_size: int = 257, positions: int = 64) -> Any:
     """A randomly initialised transformers GPT-2, saved as Hugging Face saves one."""
     import transformers  # declared in the dev extra: a plain import, so a missing declaration fails rather than skips
+
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=64, n_layer=2, n_head=4)
     model = transformers.GPT2LMHeadModel(config).eval()
