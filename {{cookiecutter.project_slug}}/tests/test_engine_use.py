@@ -111,7 +111,7 @@ def test_the_check_sees_the_engine_reached_past_its_doors(tmp_path: Path) -> Non
         "tests/test_a.py uses lightning_gpu_engine.testing.watched",
         "tests/test_a.py uses lightning_gpu_engine.testing.zygote",
         "tests/test_a.py uses lightning_gpu_engine.trainer.trainer",
-        "train.py uses lightning_gpu_engine.run",
+        "train.py uses lightning_gpu_engine.training",
     ]
 
 

@@ -9,7 +9,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 
@@ -17,7 +16,9 @@ def typed_imports(package: str) -> dict[str, tuple[str, str]]:
     """Each name that the `if TYPE_CHECKING:` block of `package`'s __init__ imports: (its module, its name there). A
     star import stands for its module's `__all__`: a light module, as each part's __init__ is."""
     where: dict[str, tuple[str, str]] = {}
-    for node in ast.parse(Path(sys.modules[package].__file__ or "").read_text()).body:
+    # the loader's source, not the file's: a wheel on sys.path imports from inside its zip (scripts/gpu_evidence.sh)
+    source = sys.modules[package].__loader__.get_source(package)  # type: ignore[union-attr]
+    for node in ast.parse(source or "").body:
         if not isinstance(node, ast.If) or ast.unparse(node.test) != "TYPE_CHECKING":
             continue
         for imported in (n for n in node.body if isinstance(n, ast.ImportFrom)):
